@@ -1,0 +1,180 @@
+"""The decoding loops: draft → one target pass → verify → commit / roll back the caches.
+
+Cache discipline (as in gpt-fast): each model has read a prefix of the committed tokens. A round
+first feeds the committed tokens a model has not read yet, then the drafted ones; after
+verification each cache is cropped back to the committed tokens it holds, so a rejected token
+never stays in a cache. The recovered or bonus token is read at the start of the next round.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..errors import SpecboundError
+from ..models.base import LanguageModel, as_token_batch
+from .result import DecodeMetrics, DecodeResult
+from .sampling import SamplingConfig, logits_to_probs, sample_from
+from .verify import verify_chain
+
+__all__ = ["autoregressive_decode", "speculative_decode", "ChainSpeculator", "make_generator"]
+
+
+def make_generator(seed) -> torch.Generator:
+    gen = torch.Generator()
+    if seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(int(seed))
+    return gen
+
+
+def _check_budget(max_new_tokens) -> int:
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise SpecboundError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    return max_new_tokens
+
+
+def _feed(model: LanguageModel, committed: list[int], extra: list[int] = ()) -> torch.Tensor:
+    """Read the committed tokens ``model`` has not read yet, then ``extra``; return their logits."""
+    todo = committed[model.cache_length:] + list(extra)
+    if not todo:
+        raise SpecboundError(f"internal: nothing to feed {model.name}")
+    return model.forward(torch.tensor([todo], dtype=torch.long))
+
+
+def _prefill(model: LanguageModel, prompt: list[int]) -> None:
+    """Read all prompt tokens but the last (its logits are computed in the first round)."""
+    model.reset()
+    if len(prompt) > 1:
+        model.forward(torch.tensor([prompt[:-1]], dtype=torch.long))
+
+
+def autoregressive_decode(target: LanguageModel, prompt, max_new_tokens: int, temperature: float = 1.0,
+                          top_k: int | None = None, top_p: float | None = None, seed=None) -> DecodeResult:
+    """Plain decoding from the target, one target call per token (Yin et al. 2024, Alg. 3)."""
+    config = SamplingConfig(temperature, top_k, top_p)
+    max_new_tokens = _check_budget(max_new_tokens)
+    prompt_ids = as_token_batch(prompt, target.vocab_size)
+    if prompt_ids.shape[0] != 1:
+        raise SpecboundError("autoregressive_decode decodes one prompt at a time (batch 1)")
+    committed = prompt_ids[0].tolist()
+    gen = make_generator(seed)
+    metrics = DecodeMetrics()
+    start = time.perf_counter()
+    _prefill(target, committed)
+    metrics.prefill_time = time.perf_counter() - start
+    for _ in range(max_new_tokens):
+        t0 = time.perf_counter()
+        logits = _feed(target, committed)[:, -1]
+        metrics.target_time += time.perf_counter() - t0
+        metrics.target_calls += 1
+        committed.append(int(sample_from(logits_to_probs(logits, config, target.name), gen)[0]))
+    metrics.new_tokens = max_new_tokens
+    metrics.total_time = time.perf_counter() - start
+    return DecodeResult(committed[prompt_ids.shape[1]:], prompt_ids[0].tolist(), metrics,
+                        method="autoregressive", sampling=config.describe())
+
+
+class ChainSpeculator:
+    """Chain speculative decoding with draft length γ (or drafting to the horizon, Yin et al. Alg. 1).
+
+    Small overridable steps: :meth:`draft` proposes, :meth:`score` runs the target once,
+    :meth:`verify` calls the shared verification core.
+    """
+
+    def __init__(self, target: LanguageModel, draft: LanguageModel, config: SamplingConfig,
+                 gamma: int | None, generator: torch.Generator):
+        if target.vocab_size != draft.vocab_size:
+            raise SpecboundError(
+                f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
+                f"draft {draft.name!r} has {draft.vocab_size}; speculative decoding needs one vocabulary"
+            )
+        if gamma is not None and (not isinstance(gamma, int) or gamma < 1):
+            raise SpecboundError(f"gamma (draft length) must be an integer >= 1 or None, got {gamma!r}")
+        self.target, self.draft_model, self.config = target, draft, config
+        self.gamma, self.generator = gamma, generator
+
+    # ---------------------------------------------------------------- steps
+    def draft(self, committed: list[int], k: int) -> tuple[list[int], torch.Tensor]:
+        """Sample k tokens from the draft; return them and the processed laws they came from [1, k, V]."""
+        tokens, laws = [], []
+        logits = _feed(self.draft_model, committed)[:, -1]
+        for i in range(k):
+            probs = logits_to_probs(logits, self.config, self.draft_model.name)
+            token = int(sample_from(probs, self.generator)[0])
+            tokens.append(token)
+            laws.append(probs)
+            if i < k - 1:
+                logits = self.draft_model.forward(torch.tensor([[token]]))[:, -1]
+        return tokens, torch.stack(laws, dim=1)
+
+    def score(self, committed: list[int], drafted: list[int], with_bonus: bool) -> torch.Tensor:
+        """One target pass; processed target laws before each drafted token (+ after the last)."""
+        fed = drafted if with_bonus else drafted[:-1]
+        logits = _feed(self.target, committed, fed)[:, -(len(fed) + 1):]
+        return logits_to_probs(logits, self.config, self.target.name)
+
+    def verify(self, drafted, draft_probs, target_probs):
+        tokens = torch.tensor([drafted], dtype=torch.long)
+        return verify_chain(tokens, draft_probs.to(target_probs.dtype), target_probs, self.generator)
+
+    # ---------------------------------------------------------------- loop
+    def run(self, prompt: list[int], max_new_tokens: int) -> DecodeResult:
+        metrics = DecodeMetrics()
+        committed = list(prompt)
+        start = time.perf_counter()
+        _prefill(self.target, committed)
+        _prefill(self.draft_model, committed)
+        metrics.prefill_time = time.perf_counter() - start
+        end = len(prompt) + max_new_tokens
+        while len(committed) < end:
+            remaining = end - len(committed)
+            k = remaining if self.gamma is None else min(self.gamma, remaining)
+            with_bonus = k < remaining          # a bonus beyond the budget would be thrown away
+            base = len(committed)
+
+            t0 = time.perf_counter()
+            drafted, draft_probs = self.draft(committed, k)
+            t1 = time.perf_counter()
+            target_probs = self.score(committed, drafted, with_bonus)
+            t2 = time.perf_counter()
+            verdict = self.verify(drafted, draft_probs, target_probs)
+            t3 = time.perf_counter()
+
+            n = int(verdict.accepted[0])
+            committed.extend(drafted[:n])
+            nxt = int(verdict.next_token[0])
+            if nxt >= 0:
+                committed.append(nxt)
+            self.target.crop(min(base + n, self.target.cache_length))
+            self.draft_model.crop(base + min(n, k - 1))
+
+            metrics.draft_calls += k
+            metrics.target_calls += 1
+            metrics.draft_time += t1 - t0
+            metrics.target_time += t2 - t1
+            metrics.verify_time += t3 - t2
+            metrics.record_round(k, n, bool(verdict.rejected[0]))
+        metrics.new_tokens = max_new_tokens
+        metrics.total_time = time.perf_counter() - start
+        return DecodeResult(committed[len(prompt):end], list(prompt), metrics,
+                            method="speculative", sampling=self.config.describe())
+
+
+def speculative_decode(target: LanguageModel, draft: LanguageModel, prompt, max_new_tokens: int,
+                       gamma: int | None = None, temperature: float = 1.0, top_k: int | None = None,
+                       top_p: float | None = None, seed=None) -> DecodeResult:
+    """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
+
+    ``gamma`` is the draft length per round; ``gamma=None`` drafts to the horizon (Yin's setting, in
+    which every round ends at a rejection). Sampling settings apply identically to both models and
+    the output law equals the target's processed law (Yin et al. 2024, Thm 1).
+    """
+    config = SamplingConfig(temperature, top_k, top_p)
+    max_new_tokens = _check_budget(max_new_tokens)
+    engine = ChainSpeculator(target, draft, config, gamma, make_generator(seed))
+    prompt_ids = as_token_batch(prompt, target.vocab_size)
+    if prompt_ids.shape[0] != 1:
+        raise SpecboundError("speculative_decode decodes one prompt at a time (batch 1)")
+    return engine.run(prompt_ids[0].tolist(), max_new_tokens)

@@ -1,0 +1,72 @@
+"""What every decoder returns: tokens plus the metrics users need (no log parsing)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class DecodeMetrics:
+    new_tokens: int = 0
+    target_calls: int = 0          # target forward passes after the prompt (verification passes)
+    draft_calls: int = 0           # draft forward passes after the prompt
+    rejections: int = 0            # rounds that ended at a rejected drafted token
+    accepted_per_step: list[int] = field(default_factory=list)   # accepted drafted tokens per round
+    drafted_per_step: list[int] = field(default_factory=list)    # drafted tokens per round
+    position_accepted: list[int] = field(default_factory=list)   # per draft position: times accepted
+    position_reached: list[int] = field(default_factory=list)    # per draft position: times verified
+    prefill_time: float = 0.0
+    draft_time: float = 0.0
+    target_time: float = 0.0
+    verify_time: float = 0.0
+    total_time: float = 0.0
+
+    @property
+    def tau(self) -> float:
+        """Tokens generated per target call (τ); 1.0 for autoregressive decoding."""
+        return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        return sum(self.accepted_per_step) / len(self.accepted_per_step) if self.accepted_per_step else 0.0
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        return [a / r if r else float("nan") for a, r in zip(self.position_accepted, self.position_reached)]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.total_time if self.total_time > 0 else float("inf")
+
+    def record_round(self, drafted: int, accepted: int, rejected: bool) -> None:
+        self.drafted_per_step.append(drafted)
+        self.accepted_per_step.append(accepted)
+        self.rejections += int(rejected)
+        grow = drafted - len(self.position_reached)
+        if grow > 0:
+            self.position_reached.extend([0] * grow)
+            self.position_accepted.extend([0] * grow)
+        for i in range(min(accepted + 1, drafted)):
+            self.position_reached[i] += 1
+        for i in range(accepted):
+            self.position_accepted[i] += 1
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out.update(tau=self.tau, mean_accepted=self.mean_accepted,
+                   acceptance_per_position=self.acceptance_per_position,
+                   tokens_per_second=self.tokens_per_second)
+        return out
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[int]                 # generated token ids (prompt excluded)
+    prompt: list[int]
+    metrics: DecodeMetrics
+    method: str = "speculative"
+    lossless: bool = True             # False for deliberately biased (relaxed) decoding
+    sampling: str = ""
+
+    def as_dict(self) -> dict:
+        return {"method": self.method, "lossless": self.lossless, "sampling": self.sampling,
+                "prompt": self.prompt, "tokens": self.tokens, "metrics": self.metrics.as_dict()}

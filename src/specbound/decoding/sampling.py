@@ -1,0 +1,87 @@
+"""Logits → the probabilities a model actually samples from: temperature, top-k, top-p.
+
+The same :class:`SamplingConfig` is applied to the target and the draft. The verifier must compare
+these *processed* distributions, never raw softmaxes (DESIGN.md, known traps): the output law is
+then exactly the target's processed law. Temperature 0 means greedy (a one-hot distribution on the
+first arg-max), so no code path ever divides by the temperature 0.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import SpecboundError
+
+__all__ = ["SamplingConfig", "check_logits", "logits_to_probs", "sample_from"]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self):
+        t = self.temperature
+        if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise SpecboundError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
+            raise SpecboundError(f"top_k must be a positive integer or None, got {self.top_k!r}")
+        p = self.top_p
+        if p is not None and (not isinstance(p, (int, float)) or not (0 < p <= 1)):
+            raise SpecboundError(f"top_p must lie in (0, 1], got {p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def describe(self) -> str:
+        if self.greedy:
+            return "greedy"
+        parts = [f"T={self.temperature:g}"]
+        if self.top_k is not None:
+            parts.append(f"top-k={self.top_k}")
+        if self.top_p is not None and self.top_p < 1:
+            parts.append(f"top-p={self.top_p:g}")
+        return ", ".join(parts)
+
+
+def check_logits(logits: torch.Tensor, who: str = "model") -> None:
+    """Raise a clear error on NaN, +inf, or rows with no finite logit."""
+    if torch.isnan(logits).any():
+        raise SpecboundError(f"{who} returned NaN logits")
+    if torch.isposinf(logits).any():
+        raise SpecboundError(f"{who} returned +inf logits")
+    if torch.isneginf(logits).all(dim=-1).any():
+        raise SpecboundError(f"{who} returned a row of logits that are all -inf (no token possible)")
+
+
+def logits_to_probs(logits: torch.Tensor, config: SamplingConfig, who: str = "model") -> torch.Tensor:
+    """Processed next-token distribution(s) over the last axis (float32 or better)."""
+    check_logits(logits, who)
+    if not logits.is_floating_point() or logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    if config.greedy:
+        probs = torch.zeros_like(logits)
+        return probs.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
+    scores = logits / config.temperature if config.temperature != 1 else logits
+    vocab = scores.shape[-1]
+    if config.top_k is not None and config.top_k < vocab:
+        kth = torch.topk(scores, config.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if config.top_p is not None and config.top_p < 1:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_scores, dim=-1)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        drop_sorted = mass_before >= config.top_p          # keeps the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        scores = scores.masked_fill(drop, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of ``probs`` [..., V] → LongTensor [...]."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
