@@ -15,7 +15,7 @@ from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
 from .result import DecodeMetrics, DecodeResult
 from .sampling import SamplingConfig, logits_to_probs, sample_from
-from .verify import verify_chain
+from .verify import STANDARD, AcceptanceRule, verify_chain
 
 __all__ = ["autoregressive_decode", "speculative_decode", "ChainSpeculator", "make_generator"]
 
@@ -84,7 +84,7 @@ class ChainSpeculator:
     """
 
     def __init__(self, target: LanguageModel, draft: LanguageModel, config: SamplingConfig,
-                 gamma: int | None, generator: torch.Generator):
+                 gamma: int | None, generator: torch.Generator, rule: AcceptanceRule = STANDARD):
         if target.vocab_size != draft.vocab_size:
             raise SpecboundError(
                 f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
@@ -93,7 +93,7 @@ class ChainSpeculator:
         if gamma is not None and (not isinstance(gamma, int) or gamma < 1):
             raise SpecboundError(f"gamma (draft length) must be an integer >= 1 or None, got {gamma!r}")
         self.target, self.draft_model, self.config = target, draft, config
-        self.gamma, self.generator = gamma, generator
+        self.gamma, self.generator, self.rule = gamma, generator, rule
 
     # ---------------------------------------------------------------- steps
     def draft(self, committed: list[int], k: int) -> tuple[list[int], torch.Tensor]:
@@ -117,7 +117,7 @@ class ChainSpeculator:
 
     def verify(self, drafted, draft_probs, target_probs):
         tokens = torch.tensor([drafted], dtype=torch.long)
-        return verify_chain(tokens, draft_probs.to(target_probs.dtype), target_probs, self.generator)
+        return verify_chain(tokens, draft_probs.to(target_probs.dtype), target_probs, self.generator, self.rule)
 
     # ---------------------------------------------------------------- loop
     def run(self, prompt: list[int], max_new_tokens: int) -> DecodeResult:
@@ -158,8 +158,8 @@ class ChainSpeculator:
             metrics.record_round(k, n, bool(verdict.rejected[0]))
         metrics.new_tokens = max_new_tokens
         metrics.total_time = time.perf_counter() - start
-        return DecodeResult(committed[len(prompt):end], list(prompt), metrics,
-                            method="speculative", sampling=self.config.describe())
+        return DecodeResult(committed[len(prompt):end], list(prompt), metrics, method="speculative",
+                            lossless=self.rule.lossless, sampling=self.config.describe())
 
 
 def speculative_decode(target: LanguageModel, draft: LanguageModel, prompt, max_new_tokens: int,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ChainVerdict", "acceptance_probability", "residual_distribution", "verify_chain"]
+__all__ = ["AcceptanceRule", "ChainVerdict", "acceptance_probability", "residual_distribution", "verify_chain"]
 
 
 def acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor,
@@ -43,6 +43,28 @@ def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor,
     return torch.where(mass > 0, excess / mass.clamp_min(torch.finfo(excess.dtype).tiny), target_probs)
 
 
+class AcceptanceRule:
+    """A member of the rejection-based family (Yin et al. 2024, Alg. 2): acceptance b, resampling law.
+
+    The default methods are standard speculative decoding. Subclasses override :meth:`acceptance`
+    (full-vocabulary b, [..., V]) and, if needed, :meth:`resample_law`; ``lossless`` says whether the
+    output law is the target's (b ≤ min(1, target/draft) with the residual resampling law).
+    """
+
+    lossless: bool = True
+    name: str = "standard"
+
+    def acceptance(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+        ratio = target_probs / draft_probs.clamp_min(torch.finfo(draft_probs.dtype).tiny)
+        return torch.where(draft_probs > 0, ratio.clamp(max=1.0), torch.ones_like(ratio))
+
+    def resample_law(self, target_probs, draft_probs, accept) -> torch.Tensor:
+        return residual_distribution(target_probs, draft_probs, accept)
+
+
+STANDARD = AcceptanceRule()
+
+
 @dataclass
 class ChainVerdict:
     """Outcome of verifying one drafted chain per row."""
@@ -53,23 +75,31 @@ class ChainVerdict:
 
 
 def verify_chain(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
-                 generator: torch.Generator | None = None) -> ChainVerdict:
+                 generator: torch.Generator | None = None, rule: AcceptanceRule = STANDARD) -> ChainVerdict:
     """Speculative verification of one chain per row (Leviathan et al. 2023; Yin et al. 2024, Alg. 1).
 
     draft_tokens [B, k]; draft_probs [B, k, V] (the processed laws they were sampled from);
     target_probs [B, k, V] or [B, k+1, V] (processed target laws before each drafted token and, if
-    given, after the last one, for the bonus token).
+    given, after the last one, for the bonus token). ``rule`` swaps in another member of the
+    rejection-based family; the default (standard SD) only evaluates b at the drafted tokens.
     """
     batch, k = draft_tokens.shape
-    ratio = acceptance_probability(target_probs[:, :k], draft_probs, draft_tokens)
+    rows = torch.arange(batch)
+    if rule is STANDARD:
+        ratio = acceptance_probability(target_probs[:, :k], draft_probs, draft_tokens)
+    else:
+        accept_all = rule.acceptance(target_probs[:, :k], draft_probs)          # [B, k, V]
+        ratio = accept_all.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
     uniforms = torch.rand(ratio.shape, generator=generator, dtype=ratio.dtype)
     accepted = (uniforms < ratio).to(torch.long).cumprod(dim=-1).sum(dim=-1)
     rejected = accepted < k
     has_bonus = target_probs.shape[1] > k
 
-    rows = torch.arange(batch)
     at = accepted.clamp(max=k - 1)
-    recovered_law = residual_distribution(target_probs[rows, at], draft_probs[rows, at])
+    if rule is STANDARD:
+        recovered_law = residual_distribution(target_probs[rows, at], draft_probs[rows, at])
+    else:
+        recovered_law = rule.resample_law(target_probs[rows, at], draft_probs[rows, at], accept_all[rows, at])
     if has_bonus:
         law = torch.where(rejected.unsqueeze(-1), recovered_law, target_probs[:, k])
         next_token = torch.multinomial(law, 1, generator=generator).squeeze(-1)

@@ -27,3 +27,93 @@ __all__ = [
     "surprisal_moments",
     "tv",
 ]
+
+# Pankratov & Alistarh 2026: draft trees and speed-of-light bounds
+from .trees import (
+    DraftTree,
+    brute_force_optimal_value,
+    chain_value,
+    enumerate_prefix_closed_trees,
+    optimal_tree,
+    sample_accepted_length,
+    static_tree_from_acceptance,
+    tree_value,
+)
+from .bounds import (
+    BOUND_FORMS,
+    MomentEstimate,
+    bound_all_forms,
+    entropy_moments,
+    estimate_moments,
+    speed_of_light,
+)
+
+__all__ += [
+    "BOUND_FORMS",
+    "DraftTree",
+    "MomentEstimate",
+    "bound_all_forms",
+    "brute_force_optimal_value",
+    "chain_value",
+    "entropy_moments",
+    "enumerate_prefix_closed_trees",
+    "estimate_moments",
+    "optimal_tree",
+    "sample_accepted_length",
+    "speed_of_light",
+    "static_tree_from_acceptance",
+    "tree_value",
+]
+
+# Yin et al. 2024: batch speculative decoding (Thm 3, Prop. 1) and the over-acceptance trade-off (Thm 4, 5)
+from .rejections import (
+    batch_expected_rejections,
+    batch_improvement,
+    batch_rejections_limit,
+    batch_rejections_per_position,
+    batch_round_starts,
+    bernoulli_all_reject,
+    bernoulli_batch_improvement,
+    residual_chain,
+    simulate_batch_rejections,
+    uniform_all_reject,
+    uniform_batch_improvement,
+)
+from .tradeoff import (
+    OVER_ACCEPTANCE_FORMS,
+    ParetoFront,
+    lp_minimal_bias,
+    minimal_bias,
+    optimal_residual,
+    output_law,
+    over_acceptance,
+    pareto_front,
+    tradeoff_point,
+    tv_loss,
+    uno_bias,
+)
+
+__all__ += [
+    "OVER_ACCEPTANCE_FORMS",
+    "ParetoFront",
+    "batch_expected_rejections",
+    "batch_improvement",
+    "batch_rejections_limit",
+    "batch_rejections_per_position",
+    "batch_round_starts",
+    "bernoulli_all_reject",
+    "bernoulli_batch_improvement",
+    "lp_minimal_bias",
+    "minimal_bias",
+    "optimal_residual",
+    "output_law",
+    "over_acceptance",
+    "pareto_front",
+    "residual_chain",
+    "simulate_batch_rejections",
+    "tradeoff_point",
+    "tv_loss",
+    "uniform_all_reject",
+    "uniform_batch_improvement",
+    "uno_bias",
+]

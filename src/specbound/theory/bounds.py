@@ -1,0 +1,240 @@
+"""Speed-of-light bounds for deterministic (tree) drafting, Pankratov & Alistarh 2026 (NumPy only).
+
+All quantities are in nats. μ = E_ctx[H(target(·|ctx))] is the mean entropy of the target's
+next-token law and μ₂ = E_ctx[Σ_a target(a) ln² target(a)] = E[Y²] the second moment of the
+per-token surprisal Y = −ln target(x), x ~ target (Pankratov & Alistarh 2026, §3.1; the note's
+"strong inference" for which moment μ_(2) is). The bounds cap the expected number X of accepted
+draft tokens per iteration for a verifier capacity P; the bonus token is *not* counted (speed-up
+under the constant-time model is X + 1).
+
+Units: every function takes ``units="nats"`` (default) or ``"bits"``. Bits are converted to nats
+(μ·ln 2, μ₂·ln² 2) before anything is evaluated, so every form — including the published one — is
+the same number whichever unit the moments arrive in. The published form (μ+μ₂)·ln P/μ² mixes
+log and log² units, so evaluating it *literally* in another base changes its value (§3.1, §6.3);
+we always evaluate it in nats. Likewise ln(μP) in the threshold/asymptotic forms needs μ in
+nats (the Malthusian parameter of the branching random walk is 1 only in natural units, §3.2).
+Inputs that contradict Jensen (μ₂ < μ²) — the usual symptom of mixing bits and nats or of
+passing Var(Y) instead of E[Y²] — raise :class:`SpecboundError`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SpecboundError
+from .distributions import as_distribution, surprisal_moments
+
+__all__ = [
+    "entropy_moments",
+    "MomentEstimate",
+    "estimate_moments",
+    "speed_of_light",
+    "bound_all_forms",
+    "BOUND_FORMS",
+]
+
+BOUND_FORMS = ("published", "renewal", "threshold", "asymptotic")
+_LN2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# moments
+# ---------------------------------------------------------------------------------------------------
+def entropy_moments(probs) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row entropy H = −Σ p ln p and second log-moment m2 = Σ p ln² p of the target, in nats.
+
+    Pankratov & Alistarh 2026, §3.4: H and m2 are the first two moments of the surprisal
+    Y = −ln p(x), x ~ p; averaging them over contexts gives μ and μ₂. Rows are on the last
+    axis; each must be a probability vector (0·ln 0 = 0).
+    """
+    probs = as_distribution(probs, "probs")
+    return surprisal_moments(probs)
+
+
+@dataclass(frozen=True)
+class MomentEstimate:
+    """Estimated surprisal moments over n contexts (nats), Pankratov & Alistarh 2026, §3.4.
+
+    mu = mean H, mu2 = mean Σ p ln² p (= E[Y²], the μ₂ the bounds use), mean_H2 = E[H²] (the
+    literal "entropy's second moment" reading, ≤ mu2 by Jensen), var_surprisal = Var(Y) = mu2 − mu²
+    of the pooled surprisal (mixing over contexts), se_mu / se_mu2 = standard errors of mu / mu2
+    across contexts (NaN when n < 2).
+    """
+
+    mu: float
+    mu2: float
+    mean_H2: float
+    var_surprisal: float
+    n: int
+    se_mu: float
+    se_mu2: float
+
+    def bound(self, capacity, form: str = "renewal"):
+        """:func:`speed_of_light` with these moments."""
+        return speed_of_light(self.mu, self.mu2, capacity, form=form)
+
+
+def _log_softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
+    z = logits / temperature
+    if np.any(np.isnan(z)) or np.any(z == np.inf):
+        raise SpecboundError("logits contain NaN or +inf")
+    zmax = z.max(axis=-1, keepdims=True)
+    if np.any(zmax == -np.inf):
+        raise SpecboundError("a logits row is entirely -inf (no token has positive probability)")
+    shifted = z - zmax
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def estimate_moments(rows, temperature: float = 1.0, from_logits: bool = False) -> MomentEstimate:
+    """Estimate μ, μ₂, E[H²], Var(Y) and standard errors from target next-token rows.
+
+    Pankratov & Alistarh 2026, §3.4. ``rows`` is (n, V) (a single 1-D row is n = 1): target
+    probabilities, or logits with ``from_logits=True``. Logits go through a stable float64
+    log-softmax of logits / temperature (−inf logits are masked tokens). Probabilities are tempered
+    the same way (p^{1/T} renormalised, computed in log space; zeros stay zero). ``temperature``
+    must be > 0: greedy decoding (T → 0) has zero entropy and the bounds are meaningless there.
+    """
+    temperature = float(temperature)
+    if not math.isfinite(temperature) or temperature <= 0:
+        raise SpecboundError(
+            f"temperature must be a finite number > 0, got {temperature} (T = 0 is greedy decoding: "
+            "zero entropy, no bound)"
+        )
+    arr = np.asarray(rows, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise SpecboundError(f"rows must be shaped (n, V) with n, V >= 1, got {np.shape(rows)}")
+    if from_logits:
+        logp = _log_softmax(arr, temperature)
+    else:
+        probs = as_distribution(arr, "rows (probabilities; pass from_logits=True for logits)")
+        if temperature == 1.0:
+            with np.errstate(divide="ignore"):
+                logp = np.log(probs)
+        else:
+            with np.errstate(divide="ignore"):
+                logp = _log_softmax(np.log(probs), temperature)
+    probs = np.exp(logp)
+    safe_logp = np.where(probs > 0, logp, 0.0)
+    H = -(probs * safe_logp).sum(axis=-1)
+    m2 = (probs * safe_logp * safe_logp).sum(axis=-1)
+    n = H.shape[0]
+    mu = float(H.mean())
+    mu2 = float(m2.mean())
+    if n >= 2:
+        se_mu = float(H.std(ddof=1) / math.sqrt(n))
+        se_mu2 = float(m2.std(ddof=1) / math.sqrt(n))
+    else:
+        se_mu = se_mu2 = float("nan")
+    return MomentEstimate(
+        mu=mu,
+        mu2=mu2,
+        mean_H2=float((H * H).mean()),
+        var_surprisal=mu2 - mu * mu,
+        n=int(n),
+        se_mu=se_mu,
+        se_mu2=se_mu2,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# bounds
+# ---------------------------------------------------------------------------------------------------
+def _to_nats(mu, mu2, units: str):
+    if units == "nats":
+        return mu, mu2
+    if units == "bits":
+        return mu * _LN2, mu2 * _LN2 * _LN2
+    raise SpecboundError(f"units must be 'nats' or 'bits', got {units!r}")
+
+
+def _check_moments(mu, mu2, units: str):
+    mu = np.asarray(mu, dtype=np.float64)
+    mu2 = np.asarray(mu2, dtype=np.float64)
+    if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(mu2))):
+        raise SpecboundError("mu and mu2 must be finite")
+    if np.any(mu <= 0):
+        raise SpecboundError(
+            f"mu (mean entropy) must be > 0, got {mu.min():.6g}; with zero entropy the oracle tree "
+            "is a single chain and E[X] = P (no logarithmic bound applies)"
+        )
+    mu, mu2 = _to_nats(mu, mu2, units)
+    if np.any(mu2 < mu * mu * (1 - 1e-9)):
+        raise SpecboundError(
+            f"mu2 = {np.min(mu2):.6g} < mu**2 = {np.max(mu * mu):.6g} ({units}) contradicts Jensen: "
+            "mu2 must be the second log-moment E[Y^2] = E[sum p ln^2 p] >= E[Y]^2. Check that mu and "
+            "mu2 are in the same units (bits vs nats: pass units='bits' for log2 moments) and that mu2 "
+            "is E[Y^2] — not Var(Y), a standard deviation, or E[H^2] from different rows"
+        )
+    return mu, mu2
+
+
+def _check_capacities(capacity) -> np.ndarray:
+    cap = np.asarray(capacity, dtype=np.float64) if not isinstance(capacity, bool) else None
+    if cap is None or not np.all(np.isfinite(cap)) or np.any(cap < 1):
+        raise SpecboundError(f"capacity must be >= 1 (number of draft-tree nodes), got {capacity!r}")
+    return cap
+
+
+def _threshold(mu, mu2, cap):
+    """min_{t≥0} t/μ + μ₂/μ² − 1 + P e^{−t}: t* = ln(μP) if μP ≥ 1, else t* = 0 (then = μ₂/μ² − 1 + P)."""
+    mp = mu * cap
+    inner = np.log(np.maximum(mp, 1.0)) / mu + 1.0 / mu + mu2 / mu**2 - 1.0
+    edge = mu2 / mu**2 - 1.0 + cap
+    return np.where(mp >= 1.0, inner, edge)
+
+
+def speed_of_light(mu, mu2, capacity, form: str = "renewal", units: str = "nats"):
+    """Upper bound (or asymptotic value) of E[X] for capacity P: Pankratov & Alistarh 2026, §3.
+
+    Forms (μ, μ₂ in nats after conversion; X excludes the bonus token):
+
+    * ``"published"``: (μ + μ₂)·ln P / μ² — the paper's headline bound without its O(1) (§3.1).
+      It equals the renewal form loosened with μ ln P + μ₂ ≤ (μ + μ₂) ln P, valid for P ≥ 3
+      (§3.3; that the paper made exactly this step is the note's inference, §6.1).
+    * ``"renewal"`` (default): ln P/μ + μ₂/μ² — threshold t = ln P in the renewal/Wald/Lorden bound
+      E[X] ≤ t/μ + μ₂/μ² − 1 + P e^{−t} (§3.3). A rigorous bound for every P ≥ 1 under the i.i.d.
+      assumption, with no hidden constant.
+    * ``"threshold"``: the same bound minimised over t ≥ 0 in closed form. The minimiser is
+      t* = ln(μP), giving ln(μP)/μ + 1/μ + μ₂/μ² − 1, when μP ≥ 1; when μP < 1 (tiny μ or P) the
+      objective increases on t ≥ 0, so t is clamped at 0 and the bound is μ₂/μ² − 1 + P. Never
+      larger than ``"renewal"``.
+    * ``"asymptotic"``: ln(μP)/μ + μ₂/(2μ²) − 1, the key-renewal-theorem *approximation* of
+      E[X | T*(P)] as P → ∞ for non-lattice surprisals (§3.3). NOT a bound: it can sit above or
+      below the optimal value, and for lattice-like laws E* oscillates around it.
+
+    ``capacity`` may be a scalar or array (result has its shape, broadcast with μ, μ₂); real
+    values ≥ 1 are accepted for smooth curves. ``units="bits"`` converts μ·ln 2, μ₂·ln² 2 first.
+    Raises :class:`SpecboundError` for μ ≤ 0, μ₂ < μ² (Jensen: wrong units or wrong moment), or P < 1.
+    """
+    mu, mu2 = _check_moments(mu, mu2, units)
+    cap = _check_capacities(capacity)
+    log_p = np.log(cap)
+    if form == "published":
+        out = (mu + mu2) * log_p / mu**2
+    elif form == "renewal":
+        out = log_p / mu + mu2 / mu**2
+    elif form == "threshold":
+        out = _threshold(mu, mu2, cap)
+    elif form == "asymptotic":
+        out = np.log(mu * cap) / mu + mu2 / (2 * mu**2) - 1.0
+    else:
+        raise SpecboundError(f"form must be one of {BOUND_FORMS}, got {form!r}")
+    out = np.asarray(out, dtype=np.float64)
+    return float(out) if out.ndim == 0 else out
+
+
+def bound_all_forms(mu, mu2, capacities, units: str = "nats") -> dict[str, np.ndarray]:
+    """All four forms of :func:`speed_of_light` at ``capacities`` (Pankratov & Alistarh 2026, §3).
+
+    Returns {"capacity", "published", "renewal", "threshold", "asymptotic"} → 1-D float arrays,
+    for reports. Only "asymptotic" is not a bound (see :func:`speed_of_light`).
+    """
+    cap = np.atleast_1d(_check_capacities(capacities)).astype(np.float64)
+    out = {"capacity": cap}
+    for form in BOUND_FORMS:
+        out[form] = np.atleast_1d(speed_of_light(mu, mu2, cap, form=form, units=units))
+    return out

@@ -1,0 +1,48 @@
+"""Shared test helpers: exact processed laws of chains and a χ² goodness-of-fit test."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import stats
+
+from specbound.decoding.sampling import SamplingConfig, logits_to_probs
+from specbound.theory import MarkovChain
+
+
+def processed_chain(chain: MarkovChain, config: SamplingConfig) -> MarkovChain:
+    """The chain whose rows are the processed (temperature/top-k/top-p) laws of ``chain``'s rows."""
+    with np.errstate(divide="ignore"):
+        logits = torch.from_numpy(np.log(chain.transitions))
+    probs = logits_to_probs(logits, config).numpy()
+    return MarkovChain(chain.initial, probs / probs.sum(-1, keepdims=True))
+
+
+def chi_square_pvalue(samples: np.ndarray, law: np.ndarray, min_expected: float = 5.0) -> float:
+    """Pearson χ² p-value of integer-coded samples against an exact law.
+
+    Cells with expected count < ``min_expected`` are pooled into one cell (standard practice so
+    the χ² approximation holds). Samples in cells of zero probability give p = 0.
+    """
+    law = np.asarray(law, dtype=np.float64).ravel()
+    n = len(samples)
+    counts = np.bincount(samples, minlength=law.size).astype(np.float64)
+    if np.any(counts[law == 0] > 0):
+        return 0.0
+    expected = law * n
+    small = expected < min_expected
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    if len(obs) < 2:
+        return 1.0
+    return float(stats.chisquare(obs, exp).pvalue)
+
+
+def encode(sequences, n_states: int) -> np.ndarray:
+    """Code each row (x_1..x_L) as one integer in [0, S^L) matching ``MarkovChain.sequence_law`` order."""
+    seq = np.asarray(sequences)
+    code = np.zeros(len(seq), dtype=np.int64)
+    for j in range(seq.shape[1]):
+        code = code * n_states + seq[:, j]
+    return code
