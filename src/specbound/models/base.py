@@ -13,7 +13,18 @@ import torch
 
 from ..errors import SpecboundError
 
-__all__ = ["LanguageModel", "as_token_batch"]
+__all__ = ["LanguageModel", "as_token_batch", "tree_depths"]
+
+
+def tree_depths(parents) -> list[int]:
+    """Depth (1 = child of the cached prefix) of each node of a tree given by parent indices."""
+    depths: list[int] = []
+    for i, parent in enumerate(parents):
+        parent = int(parent)
+        if not -1 <= parent < i:
+            raise SpecboundError(f"tree node {i} has parent {parent}: parents must precede children")
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    return depths
 
 
 class LanguageModel(ABC):
@@ -40,6 +51,22 @@ class LanguageModel(ABC):
     @abstractmethod
     def crop(self, length: int) -> None:
         """Keep only the first ``length`` cached tokens (rollback after a rejection)."""
+
+    def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
+        """Read a tree of n tokens after the cache in ONE pass; return next-token logits [batch, n, vocab].
+
+        ``parents[i]`` is the index (in this call) of node i's parent, or −1 when its parent is the
+        last cached token; parents come before children. Node i sees the cache and its ancestors
+        only and sits at position cache_length + depth(i). Afterwards the cache holds all n nodes in
+        order until :meth:`keep_path` (or :meth:`crop`) is called. Batched drafts (Yin et al.
+        Alg. 4) and draft trees (Pankratov & Alistarh) both use this one mechanism.
+        """
+        raise NotImplementedError(f"{self.name} does not support tree forwards")
+
+    def keep_path(self, base_length: int, path: list[int]) -> None:
+        """After :meth:`forward_tree` from ``base_length``, keep only the nodes ``path`` (a root-to-node
+        chain of tree indices, in order): the cache becomes the committed prefix + that path."""
+        raise NotImplementedError(f"{self.name} does not support tree forwards")
 
     def _check_crop(self, length: int) -> int:
         if not 0 <= length <= self.cache_length:

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import SpecboundError
 from ..theory.chains import MarkovChain
-from .base import LanguageModel
+from .base import LanguageModel, tree_depths
 
 __all__ = ["ChainModel"]
 
@@ -38,6 +38,17 @@ class ChainModel(LanguageModel):
         self._length = self._check_crop(length)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        k = torch.as_tensor(tokens).shape[-1]
+        return self._read(tokens, torch.arange(self._length, self._length + k))
+
+    def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
+        depths = torch.tensor(tree_depths(parents), dtype=torch.long)
+        return self._read(tokens, self._length + depths - 1)
+
+    def keep_path(self, base_length: int, path: list[int]) -> None:
+        self._length = self._check_crop(base_length) + len(path)
+
+    def _read(self, tokens, positions: torch.Tensor) -> torch.Tensor:
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         if tokens.ndim != 2:
             raise SpecboundError(f"{self.name}.forward expects tokens [batch, k], got {tuple(tokens.shape)}")
@@ -47,10 +58,9 @@ class ChainModel(LanguageModel):
         if self.chain.stationary:
             logits = self._log_transitions[tokens]
         else:
-            positions = torch.arange(self._length, self._length + k)
-            if k and int(positions[-1]) >= self.chain.horizon:
+            if k and int(positions.max()) >= self.chain.horizon:
                 raise SpecboundError(
-                    f"{self.name}: position {int(positions[-1])} is beyond the chain's horizon "
+                    f"{self.name}: position {int(positions.max())} is beyond the chain's horizon "
                     f"{self.chain.horizon} (it has no law for the token after it)"
                 )
             logits = self._log_transitions[positions.unsqueeze(0), tokens]
