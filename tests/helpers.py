@@ -46,3 +46,26 @@ def encode(sequences, n_states: int) -> np.ndarray:
     for j in range(seq.shape[1]):
         code = code * n_states + seq[:, j]
     return code
+
+
+def tiny_transformer(seed: int, vocab: int = 48, layers: int = 2, init_range: float = 0.25):
+    """A randomly initialised Qwen2-architecture causal LM built from a config (no download)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         initializer_range=init_range, tie_word_embeddings=False)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def perturbed_copy(model, noise: float, seed: int):
+    """A draft-like model: a copy of ``model`` with Gaussian noise (relative scale ``noise``) on its weights."""
+    import copy
+
+    gen = torch.Generator().manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * noise * p.std().clamp_min(1e-3))
+    return draft.eval()

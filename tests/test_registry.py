@@ -244,19 +244,22 @@ def test_format_prompt_uses_chat_template_except_for_code():
 
 
 class _FakeConfig:
-    quantization_config = {"quant_method": "gguf"}
+    def __init__(self):
+        self.quantization_config = {"quant_method": "gguf"}
 
 
 class _FakeHF:
     """Stands in for a GGUF-loaded model and its tokenizer: save_pretrained writes a file."""
 
-    def __init__(self, filename):
+    def __init__(self, filename, is_model):
         self.filename = filename
+        self.is_model = is_model
         self.config = _FakeConfig()
         self.hf_quantizer = object()
 
     def save_pretrained(self, directory):
-        assert self.hf_quantizer is None and not hasattr(self.config, "quantization_config")
+        if self.is_model:  # transformers refuses to save while these are set
+            assert self.hf_quantizer is None and not hasattr(self.config, "quantization_config")
         (Path(directory) / self.filename).write_text("{}")
 
 
@@ -279,7 +282,7 @@ def fake_packaged_model(monkeypatch, tmp_path):
 
     def fake_load(directory, gguf_name, dtype):
         seen.append((directory / gguf_name).read_bytes())
-        return _FakeHF("config.json"), _FakeHF("tokenizer.json")
+        return _FakeHF("config.json", True), _FakeHF("tokenizer.json", False)
 
     monkeypatch.setattr(registry, "_load_from_gguf", fake_load)
     monkeypatch.setattr(registry, "_check_converter_packages", lambda: None)

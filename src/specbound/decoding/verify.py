@@ -109,3 +109,158 @@ def verify_chain(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_p
             drawn = torch.multinomial(recovered_law, 1, generator=generator).squeeze(-1)
             next_token = torch.where(rejected, drawn, next_token)
     return ChainVerdict(accepted=accepted, next_token=next_token, rejected=rejected)
+
+
+# ---------------------------------------------------------------------------------------------------
+# draft trees: deterministic trees (Pankratov & Alistarh 2026) and sampled multi-draft trees (SpecInfer)
+# ---------------------------------------------------------------------------------------------------
+from ..errors import SpecboundError as _TreeInputError  # noqa: E402  (appended section)
+
+
+@dataclass
+class TreeVerdict:
+    """Outcome of verifying one draft tree (batch 1).
+
+    ``path`` lists the accepted nodes (tree indices, root-to-node); ``next_token`` is the recovered
+    token (``rejected``: the walk stopped at a node that had children) or the bonus token (the walk
+    ended at a leaf), or −1 when the walk ended at a node for which no target law was given.
+    """
+
+    path: list[int]
+    next_token: int
+    rejected: bool
+
+    @property
+    def accepted(self) -> int:
+        """X: the number of accepted drafted tokens (depth of the deepest accepted node)."""
+        return len(self.path)
+
+
+def _tree_layout(tokens, parents, target_probs: torch.Tensor, law_mask) -> tuple[list[int], list[list[int]], list[bool]]:
+    """Validate a tree (tokens [n], parents [n], target_probs [n+1, V], law_mask [n+1]); return
+    (tokens, children per node with the root at slot 0 (node i at slot i+1), has-law per slot)."""
+    toks = torch.as_tensor(tokens, dtype=torch.long).reshape(-1).tolist()
+    pars = [int(p) for p in torch.as_tensor(parents, dtype=torch.long).reshape(-1).tolist()]
+    n = len(toks)
+    if len(pars) != n:
+        raise _TreeInputError(f"tree has {n} tokens but {len(pars)} parents")
+    if target_probs.ndim != 2 or target_probs.shape[0] != n + 1:
+        raise _TreeInputError(
+            f"target_probs must be [n+1, V] (root law, then the law after each of the n={n} nodes), "
+            f"got shape {tuple(target_probs.shape)}"
+        )
+    vocab = target_probs.shape[1]
+    children: list[list[int]] = [[] for _ in range(n + 1)]
+    for i, (tok, par) in enumerate(zip(toks, pars)):
+        if not -1 <= par < i:
+            raise _TreeInputError(f"tree node {i} has parent {par}: parents must precede children (−1 = root)")
+        if not 0 <= tok < vocab:
+            raise _TreeInputError(f"tree node {i} has token {tok} outside [0, {vocab})")
+        children[par + 1].append(i)
+    if law_mask is None:
+        has_law = [True] * (n + 1)
+    else:
+        has_law = [bool(x) for x in torch.as_tensor(law_mask, dtype=torch.bool).reshape(-1).tolist()]
+        if len(has_law) != n + 1:
+            raise _TreeInputError(f"law_mask must have n+1 = {n + 1} entries, got {len(has_law)}")
+    return toks, children, has_law
+
+
+def verify_tree_deterministic(tokens, parents, target_probs: torch.Tensor, generator: torch.Generator | None = None,
+                              law_mask=None) -> TreeVerdict:
+    """Lossless verification of a *deterministic* draft tree (Pankratov & Alistarh 2026, §1 step 3).
+
+    The tree must be a deterministic function of what the drafter knows (no private randomness),
+    e.g. a best-first tree of the draft's path probabilities or the oracle tree T*(P). Walk from the
+    root: at the current node sample x from the target's processed law; if the node has a child with
+    token x, accept it and move there, else stop — x is the final token (recovered if the node had
+    children, bonus if it is a leaf). Every emitted token is drawn from the target's law given its
+    prefix, so the output law is the target's exactly, and X = max{k : x_1..x_k ∈ T} has mean
+    E[X | T] = Σ_{v∈T} p_target(v) (the tree value of §2).
+
+    ``tokens`` [n] and ``parents`` [n] (−1 = child of the root, parents precede children) describe the
+    tree; sibling tokens must be distinct. ``target_probs`` [n+1, V]: row 0 is the target law at the
+    root (after the last committed token), row i+1 the law after node i. ``law_mask`` [n+1] (bool,
+    optional) marks rows that hold a law; a walk reaching a node without one stops with
+    ``next_token = −1`` (used at the end of a generation budget, where no further token is wanted).
+    """
+    toks, children, has_law = _tree_layout(tokens, parents, target_probs, law_mask)
+    lookup: list[dict[int, int]] = []
+    for slot, kids in enumerate(children):
+        table: dict[int, int] = {}
+        for c in kids:
+            if toks[c] in table:
+                raise _TreeInputError(
+                    f"node {slot - 1} has two children with token {toks[c]}: a deterministic draft tree "
+                    "needs distinct sibling tokens"
+                )
+            table[toks[c]] = c
+        lookup.append(table)
+    node, path = -1, []
+    while True:
+        if not has_law[node + 1]:
+            return TreeVerdict(path, -1, False)
+        x = int(torch.multinomial(target_probs[node + 1], 1, generator=generator))
+        child = lookup[node + 1].get(x)
+        if child is None:
+            return TreeVerdict(path, x, bool(children[node + 1]))
+        path.append(child)
+        node = child
+
+
+def verify_tree_multidraft(tokens, parents, draft_probs: torch.Tensor, target_probs: torch.Tensor,
+                           generator: torch.Generator | None = None, law_mask=None) -> TreeVerdict:
+    """Lossless verification of a *sampled* draft tree by recursive rejection sampling.
+
+    Multi-step speculative sampling (SpecInfer, Miao et al. 2024; Chen et al. 2023's rejection
+    sampling applied child by child): the children of a node u were drawn i.i.d. from the draft's
+    processed law draft_u (duplicates allowed). Starting from residual r = target_u, each child x in
+    turn is accepted with probability min(1, r(x)/draft_u(x)) (:func:`acceptance_probability`); on
+    acceptance the walk moves to that child, on rejection r ← [r − draft_u]_+ normalised
+    (:func:`residual_distribution`, the standard residual of Yin et al. 2024, Alg. 1, with r in the
+    target's place). If every child is rejected the recovered token is drawn from the final r; at a
+    leaf the bonus token is drawn from the target's law. By induction over the children the emitted
+    token has law target_u, so the output law is the target's at every node. With one child per node
+    this is standard chain speculative decoding.
+
+    ``draft_probs`` [n+1, V]: row 0 is the draft law the root's children were sampled from, row i+1
+    the one node i's children were sampled from (rows of leaves are ignored). Other arguments as in
+    :func:`verify_tree_deterministic`; a node with children must have a target law.
+    """
+    toks, children, has_law = _tree_layout(tokens, parents, target_probs, law_mask)
+    if draft_probs.shape != target_probs.shape:
+        raise _TreeInputError(
+            f"draft_probs must have the shape of target_probs {tuple(target_probs.shape)}, got {tuple(draft_probs.shape)}"
+        )
+    draft_probs = draft_probs.to(target_probs.dtype)
+    for slot, kids in enumerate(children):
+        if kids and not has_law[slot]:
+            raise _TreeInputError(f"node {slot - 1} has children but no target law (law_mask is False)")
+        for c in kids:
+            if not draft_probs[slot, toks[c]] > 0:
+                raise _TreeInputError(
+                    f"child {c} (token {toks[c]}) has draft probability 0 at its parent: children must be "
+                    "sampled from draft_probs"
+                )
+    node, path = -1, []
+    while True:
+        slot, kids = node + 1, children[node + 1]
+        if not kids:
+            if not has_law[slot]:
+                return TreeVerdict(path, -1, False)
+            return TreeVerdict(path, int(torch.multinomial(target_probs[slot], 1, generator=generator)), False)
+        residual = target_probs[slot]
+        draft = draft_probs[slot]
+        for c in kids:
+            x = torch.tensor(toks[c])
+            ratio = acceptance_probability(residual, draft, x)
+            if torch.rand((), generator=generator, dtype=ratio.dtype) < ratio:
+                path.append(c)
+                node = c
+                break
+            residual = residual_distribution(residual, draft)
+        else:
+            return TreeVerdict(path, int(torch.multinomial(residual, 1, generator=generator)), True)
+
+
+__all__ += ["TreeVerdict", "verify_tree_deterministic", "verify_tree_multidraft"]

@@ -434,13 +434,12 @@ def _write_marker(directory: Path, model: PackagedModel, seconds: float) -> None
 
 
 def _make_readable(directory: Path) -> None:
-    """Give the staging directory (created 0700 by mkdtemp) and its files the usual umask modes."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
+    """Give the staging directory (created 0700 by mkdtemp) the modes of its parent (umask-made)."""
+    dir_mode = directory.parent.stat().st_mode & 0o777
+    os.chmod(directory, dir_mode)
     for path in directory.iterdir():
         if path.is_file():
-            os.chmod(path, 0o666 & ~umask)
+            os.chmod(path, dir_mode & 0o666)
 
 
 def _move_into_place(staging: Path, final: Path, name: str, *, replace: bool) -> None:

@@ -1,0 +1,130 @@
+"""Hugging Face backend on tiny random transformers built from a config (no downloads):
+greedy identity with `generate`, χ² losslessness with top-k, cache rollback, tree masks."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import chi_square_pvalue, encode, perturbed_copy, tiny_transformer
+from specbound.decoding import SamplingConfig, autoregressive_decode, logits_to_probs, speculative_decode
+from specbound.errors import SpecboundError
+from specbound.models import LanguageModel
+from specbound.models.hf import HFModel
+
+VOCAB = 48
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_transformer(0, vocab=VOCAB)
+    draft = perturbed_copy(target, noise=0.35, seed=1)
+    return HFModel(target, name="tiny-target"), HFModel(draft, name="tiny-draft")
+
+
+@pytest.mark.parametrize("gamma", [1, 4, 7])
+def test_greedy_sd_token_identical_to_hf_generate(pair, gamma):
+    target, draft = pair
+    for seed in range(3):
+        prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(seed))
+        with torch.inference_mode():
+            ref = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=30,
+                                        do_sample=False, min_new_tokens=30,
+                                        pad_token_id=0, eos_token_id=None)[0, 5:].tolist()
+        out = speculative_decode(target, draft, prompt, 30, gamma=gamma, temperature=0.0, seed=seed)
+        assert out.tokens == ref
+        assert autoregressive_decode(target, prompt, 30, temperature=0.0).tokens == ref
+        assert 0 < sum(out.metrics.accepted_per_step) < 30 or gamma == 1
+
+
+def _exact_first_two_law(model: HFModel, prompt, config):
+    """Law of (x_1, x_2) under the target's processed distribution, by enumerating x_1."""
+    model.reset()
+    with torch.inference_mode():
+        first = logits_to_probs(model.model(input_ids=prompt).logits[0, -1].double(), config)
+        law = np.zeros((VOCAB, VOCAB))
+        for tok in torch.nonzero(first).flatten().tolist():
+            ext = torch.cat([prompt, torch.tensor([[tok]])], dim=1)
+            second = logits_to_probs(model.model(input_ids=ext).logits[0, -1].double(), config)
+            law[tok] = first[tok].item() * second.numpy()
+    return law / law.sum()
+
+
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_first_two_tokens_follow_target_law_with_top_k(pair, gamma):
+    target, draft = pair
+    config = SamplingConfig(1.0, top_k=4)
+    prompt = torch.tensor([[3, 17, 5]])
+    law = _exact_first_two_law(target, prompt, config)
+    runs = 1500
+    samples = np.array([speculative_decode(target, draft, prompt, 2, gamma=gamma, temperature=1.0, top_k=4,
+                                           seed=i).tokens for i in range(runs)])
+    assert chi_square_pvalue(encode(samples, VOCAB), law) > 1e-3
+
+
+class CheckedModel(LanguageModel):
+    """Wraps an HFModel; after every cached forward compares the logits with a fresh, cache-free
+    forward over the full token history (catches stale KV entries after a rollback)."""
+
+    def __init__(self, inner: HFModel):
+        self.inner, self.vocab_size, self.name = inner, inner.vocab_size, inner.name
+        self.history: list[int] = []
+        self.max_error = 0.0
+        self.checks = 0
+
+    def reset(self):
+        self.inner.reset()
+        self.history = []
+
+    @property
+    def cache_length(self):
+        return self.inner.cache_length
+
+    def crop(self, length):
+        self.inner.crop(length)
+        self.history = self.history[:length]
+
+    def forward(self, tokens):
+        logits = self.inner.forward(tokens)
+        self.history += tokens[0].tolist()
+        with torch.inference_mode():
+            fresh = self.inner.model(input_ids=torch.tensor([self.history])).logits[:, -tokens.shape[1]:]
+        self.max_error = max(self.max_error, float((fresh - logits).abs().max()))
+        self.checks += 1
+        return logits
+
+
+def test_cache_rollback_leaves_no_stale_entries(pair):
+    target, draft = (CheckedModel(m) for m in pair)
+    out = speculative_decode(target, draft, [1, 2, 3, 4], 40, gamma=5, temperature=1.0, seed=0)
+    assert out.metrics.rejections >= 3                     # rollbacks really happened
+    assert target.checks > 5 and draft.checks > 20
+    assert target.max_error < 1e-4 and draft.max_error < 1e-4
+
+
+def test_tree_forward_equals_separate_branch_forwards(pair):
+    target, _ = pair
+    prefix = [4, 8, 15, 16]
+    tree_tokens = [23, 42, 7, 9, 11]           # two branches: 23→7→11 and 42→9
+    parents = [-1, -1, 0, 1, 2]
+    target.reset()
+    target.forward(torch.tensor([prefix]))
+    logits = target.forward_tree(torch.tensor([tree_tokens]), parents)[0]
+    with torch.inference_mode():
+        a = target.model(input_ids=torch.tensor([prefix + [23, 7, 11]])).logits[0, -3:]
+        b = target.model(input_ids=torch.tensor([prefix + [42, 9]])).logits[0, -2:]
+    torch.testing.assert_close(logits[[0, 2, 4]], a, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[[1, 3]], b, atol=1e-4, rtol=1e-4)
+    # keep branch 42→9, then continue: equals a fresh forward over prefix + [42, 9, 5]
+    target.keep_path(len(prefix), [1, 3])
+    nxt = target.forward(torch.tensor([[5]]))[0, -1]
+    with torch.inference_mode():
+        ref = target.model(input_ids=torch.tensor([prefix + [42, 9, 5]])).logits[0, -1]
+    torch.testing.assert_close(nxt, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_vocabulary_mismatch_is_reported(pair):
+    target, _ = pair
+    other = HFModel(tiny_transformer(2, vocab=VOCAB + 3), name="other")
+    with pytest.raises(SpecboundError, match="vocabulary mismatch"):
+        speculative_decode(target, other, [1, 2], 4)
