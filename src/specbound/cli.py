@@ -80,7 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_EXTRA_COMMANDS: list = []
+def _register_real_model_commands(sub) -> None:
+    from .cli_generate import register
+    register(sub)
+
+
+_EXTRA_COMMANDS: list = [_register_real_model_commands]
 
 
 def main(argv=None) -> int:

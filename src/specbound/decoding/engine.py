@@ -15,6 +15,7 @@ from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
 from .result import DecodeMetrics, DecodeResult
 from .sampling import SamplingConfig, logits_to_probs, sample_from
+from .policy import AdaptiveGamma
 from .verify import STANDARD, AcceptanceRule, verify_chain
 
 __all__ = ["autoregressive_decode", "speculative_decode", "ChainSpeculator", "make_generator"]
@@ -90,8 +91,9 @@ class ChainSpeculator:
                 f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
                 f"draft {draft.name!r} has {draft.vocab_size}; speculative decoding needs one vocabulary"
             )
-        if gamma is not None and (not isinstance(gamma, int) or gamma < 1):
-            raise SpecboundError(f"gamma (draft length) must be an integer >= 1 or None, got {gamma!r}")
+        if not (gamma is None or gamma == "auto" or isinstance(gamma, AdaptiveGamma)
+                or (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1)):
+            raise SpecboundError(f"gamma (draft length) must be an integer >= 1, None or 'auto', got {gamma!r}")
         self.target, self.draft_model, self.config = target, draft, config
         self.gamma, self.generator, self.rule = gamma, generator, rule
 
@@ -119,18 +121,41 @@ class ChainSpeculator:
         tokens = torch.tensor([drafted], dtype=torch.long)
         return verify_chain(tokens, draft_probs.to(target_probs.dtype), target_probs, self.generator, self.rule)
 
+    def _plain_step(self, committed: list[int], metrics: DecodeMetrics) -> None:
+        """One target call, one token: used when the cost model says speculation loses (γ = 0)."""
+        t0 = time.perf_counter()
+        logits = _feed(self.target, committed)[:, -1]
+        probs = logits_to_probs(logits, self.config, self.target.name)
+        committed.append(int(sample_from(probs, self.generator)[0]))
+        metrics.target_time += time.perf_counter() - t0
+        metrics.target_calls += 1
+        metrics.record_round(0, 0, False)
+
     # ---------------------------------------------------------------- loop
-    def run(self, prompt: list[int], max_new_tokens: int) -> DecodeResult:
+    def run(self, prompt: list[int], max_new_tokens: int, callback=None) -> DecodeResult:
+        """Decode; ``callback(new_token_ids)`` is called with each round's committed tokens (streaming)."""
         metrics = DecodeMetrics()
         committed = list(prompt)
         start = time.perf_counter()
         _prefill(self.target, committed)
         _prefill(self.draft_model, committed)
+        policy = self.gamma
+        if policy == "auto":
+            policy = AdaptiveGamma.calibrate(self.target, self.draft_model)
+        self.policy = policy if isinstance(policy, AdaptiveGamma) else None
         metrics.prefill_time = time.perf_counter() - start
         end = len(prompt) + max_new_tokens
         while len(committed) < end:
             remaining = end - len(committed)
-            k = remaining if self.gamma is None else min(self.gamma, remaining)
+            if self.policy is not None:
+                k = self.policy.choose(remaining)
+            else:
+                k = remaining if self.gamma is None else min(self.gamma, remaining)
+            if k == 0:
+                self._plain_step(committed, metrics)
+                if callback is not None:
+                    callback(committed[-1:])
+                continue
             with_bonus = k < remaining          # a bonus beyond the budget would be thrown away
             base = len(committed)
 
@@ -156,6 +181,10 @@ class ChainSpeculator:
             metrics.target_time += t2 - t1
             metrics.verify_time += t3 - t2
             metrics.record_round(k, n, bool(verdict.rejected[0]))
+            if self.policy is not None:
+                self.policy.observe(k, n, t1 - t0, t2 - t1)
+            if callback is not None:
+                callback(committed[base:end])
         metrics.new_tokens = max_new_tokens
         metrics.total_time = time.perf_counter() - start
         return DecodeResult(committed[len(prompt):end], list(prompt), metrics, method="speculative",
@@ -164,17 +193,53 @@ class ChainSpeculator:
 
 def speculative_decode(target: LanguageModel, draft: LanguageModel, prompt, max_new_tokens: int,
                        gamma: int | None = None, temperature: float = 1.0, top_k: int | None = None,
-                       top_p: float | None = None, seed=None) -> DecodeResult:
+                       top_p: float | None = None, seed=None, tree: int | None = None,
+                       tree_drafter: str = "dynamic", callback=None,
+                       drafts: int | None = None, design: str = "B", relaxation=None) -> DecodeResult:
     """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
 
     ``gamma`` is the draft length per round; ``gamma=None`` drafts to the horizon (Yin's setting, in
-    which every round ends at a rejection). Sampling settings apply identically to both models and
+    which every round ends at a rejection); ``gamma="auto"`` measures the target's t(k) and the
+    draft's cost and picks γ each round from the cost model (:mod:`specbound.theory.speedup`),
+    falling back to plain target steps when speculation is predicted to lose. ``callback`` receives
+    each round's new token ids (for streaming). Sampling settings apply identically to both models and
     the output law equals the target's processed law (Yin et al. 2024, Thm 1).
+
+    ``drafts=M`` (≥ 1) verifies M i.i.d. draft sequences per round, all scored in one target pass (batch
+    SD, Yin et al. 2024 Alg. 4 / Thm 3); ``design`` is "B" (recursive rejection at the round start, then
+    one sequence; default) or "A" (prefix-tree DFS), see :mod:`specbound.decoding.batch`. ``drafts=1``
+    is the chain engine. ``relaxation=("opt"|"uno", eps[, "additive"|"ratio"])`` switches to biased
+    over-acceptance decoding (Decoding-OPT / -UNO, Yin et al. 2024 §5, one draft per step): the
+    result has ``lossless=False`` and ``metrics.expected_bias`` holds the summed per-step TV bias.
+
+    ``tree=P`` drafts a tree of at most P nodes per round instead of a chain and verifies it in one
+    target ``forward_tree`` pass (Pankratov & Alistarh 2026); ``tree_drafter`` is ``"dynamic"``,
+    ``"sampled"``, ``"chain"`` or ``"oracle"`` (see :func:`specbound.decoding.tree.tree_speculative_decode`).
     """
+    from .batch import BatchSpeculator, RelaxedChainSpeculator, check_design, check_drafts, parse_relaxation
+    if tree is not None and (check_drafts(drafts) > 1 or relaxation is not None):
+        raise SpecboundError("tree=P cannot be combined with drafts > 1 or relaxation")
+    if tree is not None:
+        if gamma is not None:
+            raise SpecboundError("give either gamma (draft chain length) or tree (draft-tree capacity P), not both")
+        from .tree import tree_speculative_decode
+        return tree_speculative_decode(target, draft, prompt, max_new_tokens, tree, tree_drafter,
+                                       temperature, top_k, top_p, seed, callback=callback)
+    if tree_drafter != "dynamic":
+        raise SpecboundError(f"tree_drafter={tree_drafter!r} needs tree=P (the draft-tree capacity)")
     config = SamplingConfig(temperature, top_k, top_p)
     max_new_tokens = _check_budget(max_new_tokens)
-    engine = ChainSpeculator(target, draft, config, gamma, make_generator(seed))
+    n_drafts, design, rule = check_drafts(drafts), check_design(design), parse_relaxation(relaxation)
+    if rule is not None and n_drafts > 1:
+        raise SpecboundError("relaxation (Decoding-OPT/-UNO) is a one-draft rejection step (Yin et al. 2024 §5): "
+                             "use drafts=None or 1 with it")
+    if n_drafts > 1:
+        engine = BatchSpeculator(target, draft, config, gamma, make_generator(seed), n_drafts, design)
+    elif rule is not None:
+        engine = RelaxedChainSpeculator(target, draft, config, gamma, make_generator(seed), rule)
+    else:
+        engine = ChainSpeculator(target, draft, config, gamma, make_generator(seed))
     prompt_ids = as_token_batch(prompt, target.vocab_size)
     if prompt_ids.shape[0] != 1:
         raise SpecboundError("speculative_decode decodes one prompt at a time (batch 1)")
-    return engine.run(prompt_ids[0].tolist(), max_new_tokens)
+    return engine.run(prompt_ids[0].tolist(), max_new_tokens, callback=callback)

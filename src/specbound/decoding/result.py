@@ -19,6 +19,13 @@ class DecodeMetrics:
     target_time: float = 0.0
     verify_time: float = 0.0
     total_time: float = 0.0
+    # Relaxed (biased) decoding only, Yin et al. 2024 §5 / Thm 4: sum over the verified positions of the
+    # exact TV distance between that step's output law and the target law given the same prefix
+    # (Σ[b·draft − target]_+ for Decoding-OPT); 0 for lossless decoding. Its mean bounds the TV bias of
+    # the whole sequence (hybrid argument) and equals it for one token. ``bias_positions`` counts the
+    # positions summed; expected_bias / new_tokens is the per-token bias proxy.
+    expected_bias: float = 0.0
+    bias_positions: int = 0
 
     @property
     def tau(self) -> float:

@@ -218,7 +218,8 @@ def verify_tree_multidraft(tokens, parents, draft_probs: torch.Tensor, target_pr
     turn is accepted with probability min(1, r(x)/draft_u(x)) (:func:`acceptance_probability`); on
     acceptance the walk moves to that child, on rejection r ← [r − draft_u]_+ normalised
     (:func:`residual_distribution`, the standard residual of Yin et al. 2024, Alg. 1, with r in the
-    target's place). If every child is rejected the recovered token is drawn from the final r; at a
+    target's place) — exactly :func:`recursive_rejection_sampling` (Yin et al. 2024, Alg. 4) over the
+    siblings, which this function calls at every node. If every child is rejected the recovered token is drawn from the final r; at a
     leaf the bonus token is drawn from the target's law. By induction over the children the emitted
     token has law target_u, so the output law is the target's at every node. With one child per node
     this is standard chain speculative decoding.
@@ -249,18 +250,163 @@ def verify_tree_multidraft(tokens, parents, draft_probs: torch.Tensor, target_pr
             if not has_law[slot]:
                 return TreeVerdict(path, -1, False)
             return TreeVerdict(path, int(torch.multinomial(target_probs[slot], 1, generator=generator)), False)
-        residual = target_probs[slot]
-        draft = draft_probs[slot]
-        for c in kids:
-            x = torch.tensor(toks[c])
-            ratio = acceptance_probability(residual, draft, x)
-            if torch.rand((), generator=generator, dtype=ratio.dtype) < ratio:
-                path.append(c)
-                node = c
-                break
-            residual = residual_distribution(residual, draft)
-        else:
-            return TreeVerdict(path, int(torch.multinomial(residual, 1, generator=generator)), True)
+        # the siblings are i.i.d. draft candidates at one position: the shared recursive rejection step
+        verdict = recursive_rejection_sampling(torch.tensor([[toks[c] for c in kids]]), draft_probs[slot:slot + 1],
+                                               target_probs[slot:slot + 1], generator)
+        won = int(verdict.accepted[0])
+        if won < 0:
+            return TreeVerdict(path, int(torch.multinomial(verdict.residual[0], 1, generator=generator)), True)
+        node = kids[won]
+        path.append(node)
 
 
 __all__ += ["TreeVerdict", "verify_tree_deterministic", "verify_tree_multidraft"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# batch speculative decoding: recursive rejection over i.i.d. candidates (Yin et al. 2024, Alg. 4)
+# relaxed / biased decoding: Decoding-OPT and Decoding-UNO (Yin et al. 2024, §5, Thm 4/5)
+# ---------------------------------------------------------------------------------------------------
+import math as _math  # noqa: E402  (appended section)
+
+from ..errors import SpecboundError as _BatchInputError  # noqa: E402
+from ..theory.tradeoff import OVER_ACCEPTANCE_FORMS  # noqa: E402
+
+
+@dataclass
+class CandidatesVerdict:
+    """Outcome of recursive rejection sampling over the candidates at one position, per row."""
+
+    accepted: torch.Tensor       # [B] index of the accepted candidate, −1 when every candidate was rejected
+    residual: torch.Tensor       # [B, V] residual law after the rejected candidates; the recovered token's
+                                 # law when accepted == −1 (the target law when nothing was rejected)
+
+
+def recursive_rejection_sampling(candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
+                                 generator: torch.Generator | None = None,
+                                 alive: torch.Tensor | None = None) -> CandidatesVerdict:
+    """Recursive rejection sampling over M i.i.d. draft candidates at one position (Yin et al. 2024, Alg. 4, Thm 3).
+
+    ``candidates`` [B, M] were sampled i.i.d. from ``draft_probs`` [B, V] (the processed draft law at
+    this position); ``target_probs`` [B, V] is the processed target law there. Starting from the
+    residual r = target, candidate m (in index order) is accepted with probability
+    min(1, r(x_m)/draft(x_m)) (:func:`acceptance_probability` with r in the target's place); on
+    rejection r ← [r − draft]_+ normalised (:func:`residual_distribution`). The first accepted
+    candidate wins; if all are rejected the caller draws the recovered token from the returned
+    residual r^M. The emitted token then has the target's law exactly, and all M are rejected with
+    probability ρ_M = Π_k TV(draft, r^k) (Thm 3; NumPy twin :func:`specbound.theory.residual_chain`).
+
+    ``alive`` [B, M] (bool, optional) restricts the test to some candidates (design A's prefix-tree
+    walk: only candidates that agree with the accepted prefix, which are i.i.d. draft samples given it).
+    One uniform is drawn per candidate slot and row, whether or not the slot is tested.
+    """
+    if candidates.ndim != 2 or draft_probs.ndim != 2 or target_probs.shape != draft_probs.shape \
+            or candidates.shape[0] != draft_probs.shape[0]:
+        raise _BatchInputError(
+            f"recursive_rejection_sampling needs candidates [B, M] and draft/target laws [B, V]; got "
+            f"{tuple(candidates.shape)}, {tuple(draft_probs.shape)}, {tuple(target_probs.shape)}"
+        )
+    batch, m = candidates.shape
+    if alive is not None and tuple(alive.shape) != (batch, m):
+        raise _BatchInputError(f"alive must be [B, M] = {(batch, m)}, got {tuple(alive.shape)}")
+    draft_probs = draft_probs.to(target_probs.dtype)
+    residual = target_probs
+    accepted = torch.full((batch,), -1, dtype=torch.long)
+    for j in range(m):
+        testing = accepted < 0
+        if alive is not None:
+            testing = testing & alive[:, j]
+        uniforms = torch.rand((batch,), generator=generator, dtype=residual.dtype)
+        if not bool(testing.any()):
+            continue
+        ratio = acceptance_probability(residual, draft_probs, candidates[:, j])
+        ok = testing & (uniforms < ratio)
+        accepted = torch.where(ok, torch.full_like(accepted, j), accepted)
+        rejected = testing & ~ok
+        if bool(rejected.any()):
+            residual = torch.where(rejected.unsqueeze(-1), residual_distribution(residual, draft_probs), residual)
+    return CandidatesVerdict(accepted=accepted, residual=residual)
+
+
+def over_acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor, eps: float,
+                                form: str = "additive") -> torch.Tensor:
+    """Full-vocabulary over-acceptance b ≥ min(1, target/draft) (Yin et al. 2024, §5; Thm 5).
+
+    ``form="additive"`` (default): b = min(1, (target + ε)/draft); ``form="ratio"``: b = min(1,
+    target/draft + ε) (yin2024.md §6 open point 2). b = 1 where the draft has no mass (such a token
+    is never drafted). ε = 0 is standard SD. The single torch home of this formula; its NumPy twin
+    :func:`specbound.theory.tradeoff.over_acceptance` is cross-checked in the tests.
+    """
+    if form not in OVER_ACCEPTANCE_FORMS:
+        raise _BatchInputError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
+    safe = draft_probs.clamp_min(torch.finfo(draft_probs.dtype).tiny)
+    ratio = (target_probs + eps) / safe if form == "additive" else target_probs / safe + eps
+    return torch.where(draft_probs > 0, ratio.clamp(max=1.0), torch.ones_like(ratio))
+
+
+def step_output_bias(target_probs: torch.Tensor, draft_probs: torch.Tensor, accept: torch.Tensor,
+                     resample: torch.Tensor) -> torch.Tensor:
+    """Loss_TV(b, P) = TV(draft·b + (1 − β)·P, target), β = Σ draft·b: the bias of one rejection step.
+
+    Yin et al. 2024, Thm 4. The output law of a step that accepts a drafted token with probability b
+    and otherwise draws from P is draft·b + (1 − β)·P; for P = P* (Decoding-OPT) this TV equals
+    Σ[b·draft − target]_+, for P = target (Decoding-UNO) ½Σ|draft·b − β·target|. Over [..., V].
+    """
+    beta = (draft_probs * accept).sum(dim=-1, keepdim=True)
+    law = draft_probs * accept + (1.0 - beta) * resample
+    return 0.5 * (law - target_probs).abs().sum(dim=-1)
+
+
+class RelaxedAcceptance(AcceptanceRule):
+    """Over-accepting (biased) member of the rejection-based family (Yin et al. 2024, §5, Thm 4/5).
+
+    b = :func:`over_acceptance_probability` (ε, ``form``); subclasses choose the resampling law.
+    Fewer rejections than standard SD (1 − Σ draft·b), at a TV bias per step of
+    :meth:`step_bias`; for Decoding-OPT the two add up to TV(draft, target) (Thm 5).
+    """
+
+    lossless = False
+    name = "relaxed"
+
+    def __init__(self, eps: float, form: str = "additive"):
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not _math.isfinite(eps) or eps < 0:
+            raise _BatchInputError(f"eps (over-acceptance threshold) must be a finite number >= 0, got {eps!r}")
+        if form not in OVER_ACCEPTANCE_FORMS:
+            raise _BatchInputError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
+        self.eps, self.form = float(eps), form
+
+    def acceptance(self, target_probs, draft_probs) -> torch.Tensor:
+        return over_acceptance_probability(target_probs, draft_probs, self.eps, self.form)
+
+    def step_bias(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+        """Exact TV bias of this rule's one-step output law at each row [...] (Yin et al. 2024, Thm 4)."""
+        accept = self.acceptance(target_probs, draft_probs)
+        return step_output_bias(target_probs, draft_probs, accept, self.resample_law(target_probs, draft_probs, accept))
+
+    def describe(self) -> str:
+        return f"{self.name}(eps={self.eps:g}, {self.form})"
+
+
+class DecodingOPT(RelaxedAcceptance):
+    """Decoding-OPT: over-acceptance b, resampling from the optimal P* = [target − b·draft]_+ normalised
+    (Yin et al. 2024, Thm 4: the least TV bias Σ[b·draft − target]_+ for this b). P* is exactly
+    :func:`residual_distribution` with ``accept = b`` (the inherited :meth:`resample_law`)."""
+
+    name = "opt"
+
+
+class DecodingUNO(RelaxedAcceptance):
+    """Decoding-UNO: the same over-acceptance b as OPT (same rejection rate), resampling from the
+    target itself (Yin et al. 2024, §5): bias ½Σ|draft·b − β·target| ≥ OPT's."""
+
+    name = "uno"
+
+    def resample_law(self, target_probs, draft_probs, accept) -> torch.Tensor:
+        return target_probs
+
+
+RELAXATIONS = {"opt": DecodingOPT, "uno": DecodingUNO}
+
+
+__all__ += ["CandidatesVerdict", "DecodingOPT", "DecodingUNO", "RELAXATIONS", "RelaxedAcceptance",
+            "over_acceptance_probability", "recursive_rejection_sampling", "step_output_bias"]

@@ -30,7 +30,7 @@ def _output_size(model) -> int:
 class HFModel(LanguageModel):
     """Wrap a causal LM (eval mode, inference only). ``tokenizer`` is optional, for text I/O."""
 
-    def __init__(self, model, tokenizer=None, name: str | None = None):
+    def __init__(self, model, tokenizer=None, name: str | None = None, min_forward_tokens: int = 1):
         from transformers import DynamicCache  # noqa: F401  (fail early if transformers is missing)
 
         if not hasattr(model, "config") or not callable(model):
@@ -40,6 +40,9 @@ class HFModel(LanguageModel):
         self.name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
         self.vocab_size = _output_size(model)
         self.dtype = next(model.parameters()).dtype
+        # Some kernels (int8 dynamic quantisation on x86) have a slow path for one row only: shorter
+        # forwards are padded with copies of their last token, whose cache entries are then cropped.
+        self.min_forward_tokens = int(min_forward_tokens)
         self.reset()
 
     # ------------------------------------------------------------------ cache
@@ -89,9 +92,17 @@ class HFModel(LanguageModel):
         return out.logits.float()
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        k = torch.as_tensor(tokens).shape[-1]
-        positions = torch.arange(self._length, self._length + k).unsqueeze(0)
-        return self._run(tokens, positions, None)
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        k = tokens.shape[-1]
+        pad = self.min_forward_tokens - k if k else 0
+        if pad > 0:
+            tokens = torch.cat([tokens, tokens[:, -1:].expand(-1, pad)], dim=1)
+        positions = torch.arange(self._length, self._length + k + max(pad, 0)).unsqueeze(0)
+        logits = self._run(tokens, positions, None)
+        if pad > 0:
+            self.crop(self._length - pad)
+            logits = logits[:, :k]
+        return logits
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
         depths = tree_depths(parents)

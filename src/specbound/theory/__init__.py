@@ -117,3 +117,7 @@ __all__ += [
     "uniform_batch_improvement",
     "uno_bias",
 ]
+
+from .speedup import CostProfile, best_gamma, expected_speedup, expected_tokens_per_step  # noqa: E402
+
+__all__ += ["CostProfile", "best_gamma", "expected_speedup", "expected_tokens_per_step"]

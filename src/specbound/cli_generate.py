@@ -1,0 +1,169 @@
+"""`specbound generate` and `specbound models`: decoding on real models from the command line."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .errors import SpecboundError
+
+
+def _pick_prompt(args):
+    from .data.prompts import Prompt, load_prompts
+
+    if args.prompt is not None:
+        if not args.prompt.strip():
+            raise SpecboundError("--prompt is empty: give some text")
+        return Prompt(id="cli", text=args.prompt, kind=args.kind)
+    prompts = load_prompts(args.prompt_set)
+    if not 0 <= args.index < len(prompts):
+        raise SpecboundError(f"--index {args.index} is outside prompt set {args.prompt_set!r} (0..{len(prompts) - 1})")
+    return prompts[args.index]
+
+
+def _gamma(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise SpecboundError(f"--gamma must be an integer >= 1 or 'auto', got {text!r}") from None
+    return value
+
+
+def cmd_generate(args) -> int:
+    import torch
+    from rich.console import Console
+
+    from .data.prompts import format_prompt
+    from .decoding import autoregressive_decode, speculative_decode
+    from .models.loading import load_pair
+
+    console = Console(stderr=True)
+    gamma = _gamma(args.gamma)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
+        target, draft = load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=args.draft_int8)
+    prompt = _pick_prompt(args)
+    text = format_prompt(target.tokenizer, prompt)
+    ids = target.tokenizer(text, return_tensors="pt").input_ids
+    if ids.shape[1] == 0:
+        raise SpecboundError("the prompt tokenizes to nothing")
+    tokenizer = target.tokenizer
+    generated: list[int] = []
+    shown = [0]
+
+    def stream(new_ids):
+        generated.extend(new_ids)
+        if args.json or args.quiet:
+            return
+        full = tokenizer.decode(generated, skip_special_tokens=True)
+        sys.stdout.write(full[shown[0]:])
+        sys.stdout.flush()
+        shown[0] = len(full)
+
+    if not (args.json or args.quiet):
+        sys.stdout.write(text if prompt.kind == "code" else f"[{prompt.kind} prompt {prompt.id}]\n")
+    result = speculative_decode(target, draft, ids, args.max_new_tokens, gamma=gamma,
+                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                seed=args.seed, callback=stream)
+    if not (args.json or args.quiet):
+        sys.stdout.write("\n")
+    baseline = None
+    if args.baseline:
+        with console.status("plain target decoding for comparison…"):
+            baseline = autoregressive_decode(target, ids, args.max_new_tokens, temperature=args.temperature,
+                                             top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    report = _report(result, baseline, target, draft, prompt)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_report(report, console)
+    return 0
+
+
+def _report(result, baseline, target, draft, prompt) -> dict:
+    m = result.metrics
+    out = {"target": target.name, "draft": draft.name, "prompt_id": prompt.id, "sampling": result.sampling,
+           "lossless": result.lossless, "new_tokens": m.new_tokens, "tau": m.tau,
+           "target_calls": m.target_calls, "rejections": m.rejections,
+           "acceptance_per_position": m.acceptance_per_position, "tokens_per_second": m.tokens_per_second,
+           "draft_time": m.draft_time, "target_time": m.target_time, "verify_time": m.verify_time,
+           "prefill_time": m.prefill_time, "total_time": m.total_time,
+           "gamma_per_round": m.drafted_per_step, "text_tokens": result.tokens}
+    if baseline is not None:
+        b = baseline.metrics
+        out["baseline"] = {"tokens_per_second": b.tokens_per_second, "total_time": b.total_time,
+                           "identical_tokens": baseline.tokens == result.tokens}
+        out["speedup_vs_target"] = m.tokens_per_second / b.tokens_per_second
+    return out
+
+
+def _print_report(r: dict, console) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"speculative decoding: {r['target']} ← {r['draft']} ({r['sampling']})", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    acc = ", ".join(f"{a:.2f}" for a in r["acceptance_per_position"][:12] if a == a)
+    gammas = r["gamma_per_round"]
+    rows = [
+        ("new tokens", str(r["new_tokens"])),
+        ("τ (tokens per target call)", f"{r['tau']:.2f}  ({r['target_calls']} target calls, {r['rejections']} rejections)"),
+        ("acceptance per draft position", acc or "-"),
+        ("draft length per round", f"mean {sum(gammas) / max(len(gammas), 1):.2f}, plain steps {gammas.count(0)}"),
+        ("tokens/s", f"{r['tokens_per_second']:.2f}"),
+        ("time: prefill / draft / target / verify", f"{r['prefill_time']:.2f} / {r['draft_time']:.2f} / "
+                                                    f"{r['target_time']:.2f} / {r['verify_time']:.2f} s"),
+    ]
+    if "baseline" in r:
+        rows.append(("plain target decoding", f"{r['baseline']['tokens_per_second']:.2f} tokens/s → speed-up "
+                                              f"{r['speedup_vs_target']:.2f}×, identical tokens: "
+                                              f"{r['baseline']['identical_tokens']}"))
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+
+
+def cmd_models(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .models.registry import list_models
+
+    table = Table(title="packaged models (convert once into the local cache on first use)")
+    for col in ("name", "role", "packages installed", "converted", "GGUF size", "cache path"):
+        table.add_column(col)
+    for row in list_models():
+        table.add_row(row.name, row.role, "yes" if row.installed else "no", "yes" if row.converted else "no",
+                      f"{row.size / 1e6:,.0f} MB", str(row.path))
+    Console().print(table)
+    print("Any local Hugging Face model directory also works: --target /path/to/model")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="speculative decoding on real models; streams text and prints metrics")
+    p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
+    p.add_argument("--draft", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B)")
+    p.add_argument("--prompt", default=None, help="prompt text (default: a prompt from --prompt-set)")
+    p.add_argument("--kind", default="code", choices=["code", "chat", "math"],
+                   help="how to format --prompt: raw text (code) or chat template (chat, math)")
+    p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k | builtin")
+    p.add_argument("--index", type=int, default=2, help="prompt index in the set (default 2)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--gamma", default="auto", help="draft length, or 'auto' (cost-model choice per round)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    p.add_argument("--eager", action="store_true", help="keep eager linear layers (no oneDNN prepacking)")
+    p.add_argument("--draft-int8", action="store_true", help="int8-quantise the draft (cheaper, lower acceptance)")
+    p.add_argument("--baseline", action="store_true", help="also time plain target decoding and compare")
+    p.add_argument("--quiet", action="store_true", help="no streamed text, metrics only")
+    p.add_argument("--json", action="store_true", help="print a JSON report instead of text + table")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("models", help="list packaged models and where they are cached")
+    p.set_defaults(func=cmd_models)

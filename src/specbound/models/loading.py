@@ -1,0 +1,51 @@
+"""Load a target/draft pair of Hugging Face models (packaged names or local directories)."""
+from __future__ import annotations
+
+import time
+
+from ..errors import SpecboundError
+from .fast import prepack_linears, quantize_int8
+from .hf import HFModel
+from .registry import DEFAULT_DRAFT, DEFAULT_TARGET, load_hf_model
+
+__all__ = ["load_model", "load_pair", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
+
+
+def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: bool = False) -> HFModel:
+    """A packaged model name (see ``specbound models``) or a local model directory, as an HFModel.
+
+    ``prepack`` swaps the linear layers for oneDNN-prepacked ones (exact in fp32, see
+    :mod:`specbound.models.fast`); ``int8`` quantises them instead (lossy: for drafts only).
+    """
+    t0 = time.perf_counter()
+    model, tokenizer = load_hf_model(name_or_path, progress=progress)
+    vocab = model.get_output_embeddings().out_features
+    if int8:
+        quantize_int8(model)
+    elif prepack:
+        prepack_linears(model)
+    wrapped = HFModel(model, tokenizer, name=str(name_or_path), min_forward_tokens=2 if int8 else 1)
+    wrapped.vocab_size = vocab
+    wrapped.linear_backend = "int8-dynamic" if int8 else ("onednn-prepacked" if prepack else "eager")
+    wrapped.load_seconds = time.perf_counter() - t0
+    return wrapped
+
+
+def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = True,
+              draft_int8: bool = False) -> tuple[HFModel, HFModel]:
+    """Target and draft (defaults: the embedded Qwen2.5-Coder 1.5B / 0.5B pair), checked to share
+    one vocabulary and tokenizer before any decoding starts. The target is only ever prepacked
+    (exact); ``draft_int8`` quantises the draft (lossy for the draft, harmless for the output law)."""
+    target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack)
+    draft_model = load_model(draft or DEFAULT_DRAFT, progress, prepack=prepack, int8=draft_int8)
+    if target_model.vocab_size != draft_model.vocab_size:
+        raise SpecboundError(
+            f"vocabulary mismatch: target {target_model.name} has {target_model.vocab_size} logits, "
+            f"draft {draft_model.name} has {draft_model.vocab_size}; pick a draft with the target's tokenizer"
+        )
+    t_tok, d_tok = target_model.tokenizer, draft_model.tokenizer
+    if t_tok is not None and d_tok is not None and t_tok.get_vocab() != d_tok.get_vocab():
+        raise SpecboundError(
+            f"tokenizer mismatch: {target_model.name} and {draft_model.name} map tokens to different ids"
+        )
+    return target_model, draft_model

@@ -1,0 +1,108 @@
+"""Cost model of speculative decoding: tokens per step, wall-clock speed-up, best draft length.
+
+Pure NumPy. Acceptance is either one rate α (i.i.d. positions, Leviathan et al. 2023) or a
+positional vector α_i = P(position i accepted | positions < i accepted). Costs are measured, not
+assumed: ``verify_cost(k)`` is the target's time to read k new tokens in one pass (on CPUs this is
+far from constant in k), ``draft_cost`` the draft's time per drafted token. Yin et al.'s
+Assumption 1 (free drafts, O(1) verification) is the special case draft_cost = 0, t(k) = t(1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SpecboundError
+
+__all__ = [
+    "CostProfile",
+    "expected_tokens_per_step",
+    "expected_speedup",
+    "best_gamma",
+]
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """Measured seconds for a forward reading k new tokens, at the measured ks; linear in between."""
+
+    ks: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self):
+        if len(self.ks) == 0 or len(self.ks) != len(self.seconds):
+            raise SpecboundError("CostProfile needs matching, non-empty ks and seconds")
+        if list(self.ks) != sorted(set(self.ks)) or self.ks[0] < 1:
+            raise SpecboundError(f"CostProfile ks must be increasing integers >= 1, got {self.ks}")
+        if any(not np.isfinite(s) or s <= 0 for s in self.seconds):
+            raise SpecboundError("CostProfile seconds must be finite and > 0")
+
+    @classmethod
+    def constant(cls, seconds: float = 1.0) -> "CostProfile":
+        """Assumption 1 of Yin et al.: one pass costs the same for any number of tokens."""
+        return cls((1,), (float(seconds),))
+
+    def __call__(self, k) -> np.ndarray:
+        """t(k), interpolated linearly and extrapolated with the last measured slope."""
+        k = np.asarray(k, dtype=np.float64)
+        ks, ts = np.asarray(self.ks, float), np.asarray(self.seconds, float)
+        if len(ks) == 1:
+            return np.full_like(k, ts[0])
+        out = np.interp(k, ks, ts)
+        slope = (ts[-1] - ts[-2]) / (ks[-1] - ks[-2])
+        return np.where(k > ks[-1], ts[-1] + slope * (k - ks[-1]), out)
+
+    def ratios(self) -> dict[int, float]:
+        """t(k)/t(1) at the measured ks."""
+        base = float(self(1))
+        return {int(k): float(s) / base for k, s in zip(self.ks, self.seconds)}
+
+
+def _acceptance_vector(alpha, gamma: int) -> np.ndarray:
+    alpha = np.asarray(alpha, dtype=np.float64)
+    if np.any(alpha < 0) or np.any(alpha > 1) or not np.all(np.isfinite(alpha)):
+        raise SpecboundError("acceptance rates must lie in [0, 1]")
+    if alpha.ndim == 0:
+        return np.full(gamma, float(alpha))
+    if len(alpha) < gamma:      # positions beyond the measured ones reuse the last rate
+        alpha = np.concatenate([alpha, np.full(gamma - len(alpha), alpha[-1] if len(alpha) else 0.0)])
+    return alpha[:gamma]
+
+
+def expected_tokens_per_step(alpha, gamma: int) -> float:
+    """E[tokens per target call] for a draft of length γ: 1 + Σ_{i=1}^γ Π_{j≤i} α_j.
+
+    With one rate α this is (1 − α^{γ+1})/(1 − α) (Leviathan et al. 2023, Eq. 1). The +1 is the
+    recovered or bonus token every round produces; γ = 0 is plain decoding (1 token per call).
+    """
+    if gamma < 0:
+        raise SpecboundError(f"gamma must be >= 0, got {gamma}")
+    return float(1.0 + np.cumprod(_acceptance_vector(alpha, gamma)).sum())
+
+
+def step_seconds(gamma: int, draft_cost: float, verify_cost: CostProfile) -> float:
+    """Wall-clock of one round: γ draft forwards + one target pass over γ+1 tokens."""
+    return float(gamma * draft_cost + verify_cost(gamma + 1))
+
+
+def expected_speedup(alpha, gamma: int, draft_cost: float, verify_cost: CostProfile) -> float:
+    """Predicted speed-up over target autoregressive decoding (t(1) per token).
+
+    speed-up(γ) = E[tokens per step](α, γ) · t(1) / (γ · c_draft + t(γ + 1)).
+    """
+    if draft_cost < 0:
+        raise SpecboundError("draft_cost must be >= 0")
+    return expected_tokens_per_step(alpha, gamma) * float(verify_cost(1)) / step_seconds(gamma, draft_cost, verify_cost)
+
+
+def best_gamma(alpha, draft_cost: float, verify_cost: CostProfile, max_gamma: int = 16,
+               min_gain: float = 1.0) -> tuple[int, float]:
+    """The draft length with the largest predicted speed-up; γ = 0 (plain decoding) unless some
+    γ ≥ 1 beats it by the factor ``min_gain``. Returns (γ, predicted speed-up)."""
+    if max_gamma < 0:
+        raise SpecboundError("max_gamma must be >= 0")
+    gains = [expected_speedup(alpha, g, draft_cost, verify_cost) for g in range(max_gamma + 1)]
+    g = int(np.argmax(gains))
+    if g > 0 and gains[g] < min_gain:
+        return 0, gains[0]
+    return g, gains[g]
