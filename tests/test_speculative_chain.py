@@ -220,3 +220,14 @@ def test_chain_model_refuses_positions_beyond_horizon():
     target = ChainModel(MarkovChain.random(3, horizon=4, seed=0))
     with pytest.raises(SpecboundError, match="horizon"):
         autoregressive_decode(target, [0], 5)
+
+
+def test_decoding_stops_right_after_a_stop_token():
+    target, draft = _pair(7, states=5, noise=0.5)
+    tm, dm = ChainModel(target), ChainModel(draft)
+    full = speculative_decode(tm, dm, [0], 60, gamma=4, temperature=0.0).tokens
+    stop = full[10]
+    first = full.index(stop)
+    out = speculative_decode(tm, dm, [0], 60, gamma=4, temperature=0.0, stop_token_ids=[stop])
+    assert out.tokens == full[:first + 1]
+    assert out.metrics.new_tokens == first + 1

@@ -30,6 +30,16 @@ def _gamma(text: str):
     return value
 
 
+def eos_token_ids(model) -> list[int]:
+    """End-of-sequence ids of a Hugging Face model (generation config first, then the tokenizer)."""
+    eos = getattr(getattr(model.model, "generation_config", None), "eos_token_id", None)
+    if eos is None and model.tokenizer is not None:
+        eos = model.tokenizer.eos_token_id
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
 def cmd_generate(args) -> int:
     import torch
     from rich.console import Console
@@ -66,13 +76,14 @@ def cmd_generate(args) -> int:
         sys.stdout.write(text if prompt.kind == "code" else f"[{prompt.kind} prompt {prompt.id}]\n")
     result = speculative_decode(target, draft, ids, args.max_new_tokens, gamma=gamma,
                                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                seed=args.seed, callback=stream)
+                                seed=args.seed, callback=stream,
+                                stop_token_ids=() if args.ignore_eos else eos_token_ids(target))
     if not (args.json or args.quiet):
         sys.stdout.write("\n")
     baseline = None
     if args.baseline:
         with console.status("plain target decoding for comparison…"):
-            baseline = autoregressive_decode(target, ids, args.max_new_tokens, temperature=args.temperature,
+            baseline = autoregressive_decode(target, ids, result.metrics.new_tokens, temperature=args.temperature,
                                              top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     report = _report(result, baseline, target, draft, prompt)
     if args.json:
@@ -142,6 +153,34 @@ def cmd_models(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from pathlib import Path
+
+    import torch
+    from rich.console import Console
+
+    from .analysis.bench import BenchConfig, markdown_table, run_bench, write_report
+    from .data.prompts import load_prompts
+    from .models.loading import load_model, load_pair
+
+    console = Console(stderr=True)
+    if args.n_prompts < 1 or args.max_new_tokens < 1:
+        raise SpecboundError("--n-prompts and --max-new-tokens must be >= 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with console.status("loading models…"):
+        target, assistant = load_pair(args.target, args.draft, prepack=not args.eager)
+        draft = load_model(args.draft or assistant.name, prepack=False, int8=True) if args.draft_int8 else assistant
+    prompts = load_prompts(args.prompt_set, limit=args.n_prompts)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    config = BenchConfig(args.prompt_set, len(prompts), args.max_new_tokens, modes, _gamma(args.gamma), args.seed)
+    report = run_bench(target, draft, prompts, config, assistant=assistant)
+    json_path, md_path = write_report(report, Path(args.out))
+    print(markdown_table(report))
+    console.print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("generate", help="speculative decoding on real models; streams text and prints metrics")
     p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
@@ -162,8 +201,24 @@ def register(sub) -> None:
     p.add_argument("--draft-int8", action="store_true", help="int8-quantise the draft (cheaper, lower acceptance)")
     p.add_argument("--baseline", action="store_true", help="also time plain target decoding and compare")
     p.add_argument("--quiet", action="store_true", help="no streamed text, metrics only")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
     p.add_argument("--json", action="store_true", help="print a JSON report instead of text + table")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("bench", help="specbound vs HF generate vs HF assisted generation, interleaved, one process")
+    p.add_argument("--target", default=None)
+    p.add_argument("--draft", default=None)
+    p.add_argument("--prompt-set", default="humaneval")
+    p.add_argument("--n-prompts", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--modes", default="greedy,sampled", help="comma list of greedy, sampled (T=1, top-k 50)")
+    p.add_argument("--gamma", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--eager", action="store_true", help="no oneDNN prepacking for any model")
+    p.add_argument("--draft-int8", action="store_true", help="specbound drafts with an int8 copy of the draft")
+    p.add_argument("--out", default="runs", help="directory for the JSON and markdown reports")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("models", help="list packaged models and where they are cached")
     p.set_defaults(func=cmd_models)

@@ -132,8 +132,12 @@ class ChainSpeculator:
         metrics.record_round(0, 0, False)
 
     # ---------------------------------------------------------------- loop
-    def run(self, prompt: list[int], max_new_tokens: int, callback=None) -> DecodeResult:
-        """Decode; ``callback(new_token_ids)`` is called with each round's committed tokens (streaming)."""
+    def run(self, prompt: list[int], max_new_tokens: int, callback=None, stop_token_ids=()) -> DecodeResult:
+        """Decode; ``callback(new_token_ids)`` is called with each round's committed tokens (streaming).
+
+        Decoding ends after ``max_new_tokens`` or right after the first token in ``stop_token_ids``.
+        """
+        stops = set(int(t) for t in (stop_token_ids or ()))
         metrics = DecodeMetrics()
         committed = list(prompt)
         start = time.perf_counter()
@@ -155,6 +159,8 @@ class ChainSpeculator:
                 self._plain_step(committed, metrics)
                 if callback is not None:
                     callback(committed[-1:])
+                if committed[-1] in stops:
+                    end = len(committed)
                 continue
             with_bonus = k < remaining          # a bonus beyond the budget would be thrown away
             base = len(committed)
@@ -183,9 +189,12 @@ class ChainSpeculator:
             metrics.record_round(k, n, bool(verdict.rejected[0]))
             if self.policy is not None:
                 self.policy.observe(k, n, t1 - t0, t2 - t1)
+            stopped = next((i for i in range(base, min(len(committed), end)) if committed[i] in stops), None)
+            if stopped is not None:
+                end = stopped + 1
             if callback is not None:
                 callback(committed[base:end])
-        metrics.new_tokens = max_new_tokens
+        metrics.new_tokens = end - len(prompt)
         metrics.total_time = time.perf_counter() - start
         return DecodeResult(committed[len(prompt):end], list(prompt), metrics, method="speculative",
                             lossless=self.rule.lossless, sampling=self.config.describe())
@@ -195,7 +204,8 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel, prompt, max_
                        gamma: int | None = None, temperature: float = 1.0, top_k: int | None = None,
                        top_p: float | None = None, seed=None, tree: int | None = None,
                        tree_drafter: str = "dynamic", callback=None,
-                       drafts: int | None = None, design: str = "B", relaxation=None) -> DecodeResult:
+                       drafts: int | None = None, design: str = "B", relaxation=None,
+                       stop_token_ids=()) -> DecodeResult:
     """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
 
     ``gamma`` is the draft length per round; ``gamma=None`` drafts to the horizon (Yin's setting, in
@@ -211,6 +221,8 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel, prompt, max_
     is the chain engine. ``relaxation=("opt"|"uno", eps[, "additive"|"ratio"])`` switches to biased
     over-acceptance decoding (Decoding-OPT / -UNO, Yin et al. 2024 §5, one draft per step): the
     result has ``lossless=False`` and ``metrics.expected_bias`` holds the summed per-step TV bias.
+
+    ``stop_token_ids`` (chain engine) ends decoding right after the first such token (e.g. EOS).
 
     ``tree=P`` drafts a tree of at most P nodes per round instead of a chain and verifies it in one
     target ``forward_tree`` pass (Pankratov & Alistarh 2026); ``tree_drafter`` is ``"dynamic"``,
@@ -242,4 +254,8 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel, prompt, max_
     prompt_ids = as_token_batch(prompt, target.vocab_size)
     if prompt_ids.shape[0] != 1:
         raise SpecboundError("speculative_decode decodes one prompt at a time (batch 1)")
+    if stop_token_ids:
+        if n_drafts > 1:
+            raise SpecboundError("stop_token_ids is supported by the chain engine only (drafts=None or 1)")
+        return engine.run(prompt_ids[0].tolist(), max_new_tokens, callback=callback, stop_token_ids=stop_token_ids)
     return engine.run(prompt_ids[0].tolist(), max_new_tokens, callback=callback)

@@ -1,0 +1,1 @@
+"""Measurements of theory against engines on real models: benchmarks, analyses, reproductions."""
