@@ -86,6 +86,7 @@ def run_bench(target, draft, prompts, config: BenchConfig, assistant=None, progr
         warm = target.tokenizer("def f(x):\n", return_tensors="pt").input_ids
         speculative_decode(target, draft, warm, 8, gamma=config.gamma, temperature=0.0)
         _hf_generate(target, warm, 4, "greedy", 0, assistant)
+        _hf_generate(target, warm, 4, "greedy", 0)
         for i, prompt in enumerate(prompts):
             ids = target.tokenizer(format_prompt(target.tokenizer, prompt), return_tensors="pt").input_ids
             for mode in config.modes:

@@ -102,6 +102,7 @@ class ChainSpeculator:
         """Sample k tokens from the draft; return them and the processed laws they came from [1, k, V]."""
         tokens, laws = [], []
         logits = _feed(self.draft_model, committed)[:, -1]
+        t0 = time.perf_counter()
         for i in range(k):
             probs = logits_to_probs(logits, self.config, self.draft_model.name)
             token = int(sample_from(probs, self.generator)[0])
@@ -109,6 +110,8 @@ class ChainSpeculator:
             laws.append(probs)
             if i < k - 1:
                 logits = self.draft_model.forward(torch.tensor([[token]]))[:, -1]
+        # cost of one drafted token, excluding the catch-up read of committed tokens (for the γ policy)
+        self.seconds_per_draft_token = (time.perf_counter() - t0) / (k - 1) if k > 1 else None
         return tokens, torch.stack(laws, dim=1)
 
     def score(self, committed: list[int], drafted: list[int], with_bonus: bool) -> torch.Tensor:
@@ -188,7 +191,7 @@ class ChainSpeculator:
             metrics.verify_time += t3 - t2
             metrics.record_round(k, n, bool(verdict.rejected[0]))
             if self.policy is not None:
-                self.policy.observe(k, n, t1 - t0, t2 - t1)
+                self.policy.observe(k, n, getattr(self, "seconds_per_draft_token", None), t2 - t1)
             stopped = next((i for i in range(base, min(len(committed), end)) if committed[i] in stops), None)
             if stopped is not None:
                 end = stopped + 1

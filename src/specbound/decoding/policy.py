@@ -38,18 +38,23 @@ def measure_forward_costs(model, ks=(1, 2, 4, 8, 16), repeats: int = 3, token: i
 
 
 class AdaptiveGamma:
-    """Per-round γ from E[tokens](α̂, γ)·t(1) / (γ·ĉ + t̂(γ+1)) (see :func:`theory.speedup.best_gamma`)."""
+    """Per-round γ from E[tokens](α̂, γ)·t(1) / (γ·ĉ + t̂(γ+1)) (see :func:`theory.speedup.best_gamma`).
+
+    α̂ pools all draft positions (the i.i.d. model of Leviathan et al.), ĉ is the measured seconds
+    per drafted token and t̂(k) the measured target pass over k tokens, both updated every round.
+    """
 
     def __init__(self, verify_cost: CostProfile, draft_cost: float, max_gamma: int = 12,
-                 prior_alpha: float = 0.7, prior_weight: float = 2.0, probe_every: int = 16,
-                 min_gain: float = 1.02):
+                 prior_alpha: float = 0.7, prior_weight: float = 4.0, probe_every: int = 8,
+                 probe_gamma: int = 4, min_gain: float = 1.02, memory: float = 0.9):
         if max_gamma < 1:
             raise SpecboundError("max_gamma must be >= 1")
-        self.max_gamma, self.min_gain, self.probe_every = max_gamma, min_gain, probe_every
+        self.max_gamma, self.min_gain = max_gamma, min_gain
+        self.probe_every, self.probe_gamma = probe_every, probe_gamma
         self.verify_points = dict(zip(verify_cost.ks, verify_cost.seconds))
         self.draft_cost = float(draft_cost)
-        self.accepted = np.full(max_gamma, prior_alpha * prior_weight)
-        self.reached = np.full(max_gamma, prior_weight)
+        self.prior_alpha, self.prior_weight, self.memory = prior_alpha, prior_weight, memory
+        self.accepted, self.reached = 0.0, 0.0
         self.plain_steps = 0
         self.history: list[int] = []
 
@@ -76,8 +81,10 @@ class AdaptiveGamma:
         return cls(verify, draft_cost, **kwargs)
 
     @property
-    def alpha(self) -> np.ndarray:
-        return self.accepted / self.reached
+    def alpha(self) -> float:
+        """Acceptance rate: recent verified positions (counts decay by ``memory`` per round, so the
+        estimate follows easy and hard stretches of text) plus a weak Beta prior."""
+        return (self.accepted + self.prior_alpha * self.prior_weight) / (self.reached + self.prior_weight)
 
     @property
     def verify_cost(self) -> CostProfile:
@@ -89,17 +96,18 @@ class AdaptiveGamma:
         if gamma == 0:
             self.plain_steps += 1
             if self.probe_every and self.plain_steps % self.probe_every == 0:
-                gamma = 1          # keep learning α while decoding plainly
+                gamma = self.probe_gamma          # keep learning α while decoding plainly
         gamma = min(gamma, remaining)
         self.history.append(gamma)
         return gamma
 
-    def observe(self, drafted: int, accepted: int, draft_seconds: float, target_seconds: float) -> None:
-        reached = min(accepted + 1, drafted)
-        self.reached[:reached] += 1
-        self.accepted[:accepted] += 1
-        if drafted:
-            self.draft_cost = 0.8 * self.draft_cost + 0.2 * draft_seconds / drafted
+    def observe(self, drafted: int, accepted: int, seconds_per_draft_token: float | None,
+                target_seconds: float) -> None:
+        """Update α̂ (positional counts), the draft cost per token and t̂(drafted + 1)."""
+        self.reached = self.memory * self.reached + min(accepted + 1, drafted)
+        self.accepted = self.memory * self.accepted + accepted
+        if seconds_per_draft_token is not None:
+            self.draft_cost = 0.8 * self.draft_cost + 0.2 * seconds_per_draft_token
         k = drafted + 1
         old = self.verify_points.get(k)
         self.verify_points[k] = target_seconds if old is None else 0.8 * old + 0.2 * target_seconds

@@ -1,0 +1,77 @@
+"""Cost model (theory/speedup.py) and the adaptive-γ policy."""
+import numpy as np
+import pytest
+
+from specbound.decoding import speculative_decode
+from specbound.decoding.policy import AdaptiveGamma
+from specbound.errors import SpecboundError
+from specbound.models import ChainModel
+from specbound.theory import MarkovChain
+from specbound.theory.speedup import CostProfile, best_gamma, expected_speedup, expected_tokens_per_step
+
+
+def test_tokens_per_step_closed_form_and_positional_form():
+    for alpha in (0.0, 0.3, 0.8, 0.99):
+        for gamma in range(0, 9):
+            closed = gamma + 1 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+            assert expected_tokens_per_step(alpha, gamma) == pytest.approx(closed)
+    assert expected_tokens_per_step([0.5, 1.0, 0.5], 3) == pytest.approx(1 + 0.5 + 0.5 + 0.25)
+
+
+def test_tokens_per_step_matches_engine_with_iid_acceptance():
+    # a target that is uniform and a draft that is uniform on a subset: acceptance is exactly
+    # |subset|/|vocab| at every position, i.i.d.
+    vocab, subset, gamma = 5, 4, 3
+    target = MarkovChain(np.full(vocab, 1 / vocab), np.full((vocab, vocab), 1 / vocab))
+    rows = np.zeros((vocab, vocab))
+    rows[:, :subset] = 1 / subset
+    draft = MarkovChain(np.full(vocab, 1 / vocab), rows)
+    alpha = subset / vocab
+    calls, tokens = 0, 0
+    for seed in range(300):
+        res = speculative_decode(ChainModel(target), ChainModel(draft), [0], 40, gamma=gamma, seed=seed)
+        full_rounds = res.metrics.drafted_per_step[:-1]          # the last round may be cut by the budget
+        calls += len(full_rounds)
+        tokens += sum(a + 1 for a in res.metrics.accepted_per_step[:-1])
+    expected = expected_tokens_per_step(alpha, gamma)
+    # per-round tokens have sd ≤ 1.3 here; with > 3000 rounds 4 SE < 0.1
+    assert tokens / calls == pytest.approx(expected, abs=0.1)
+
+
+def test_speedup_under_yin_assumption_is_tokens_per_step():
+    free = CostProfile.constant(1.0)
+    assert expected_speedup(0.8, 4, 0.0, free) == pytest.approx(expected_tokens_per_step(0.8, 4))
+
+
+def test_best_gamma_falls_back_to_plain_decoding_when_speculation_loses():
+    steep = CostProfile((1, 2, 4, 8), (1.0, 3.0, 4.0, 6.0))      # repacking GEMM: k=2 costs 3x k=1
+    gamma, gain = best_gamma(0.6, 0.4, steep)
+    assert gamma == 0 and gain == pytest.approx(1.0)
+    flat = CostProfile((1, 2, 4, 8, 16), (1.0, 1.05, 1.1, 1.3, 1.9))
+    gamma, gain = best_gamma(0.85, 0.1, flat)
+    assert gamma >= 4 and gain > 2
+    with pytest.raises(SpecboundError):
+        CostProfile((2, 1), (1.0, 1.0))
+    with pytest.raises(SpecboundError):
+        expected_tokens_per_step(1.5, 3)
+
+
+def test_adaptive_policy_learns_acceptance_and_picks_long_drafts_for_a_good_draft():
+    flat = CostProfile((1, 2, 4, 8, 16), (1.0, 1.02, 1.05, 1.1, 1.3))
+    good = AdaptiveGamma(flat, draft_cost=0.05)
+    for _ in range(30):
+        good.observe(8, 8, 0.05, 1.1)
+    assert good.alpha > 0.9 and good.choose(100) >= 8
+    bad = AdaptiveGamma(flat, draft_cost=0.3)
+    for _ in range(30):
+        bad.observe(2, 0, 0.3, 1.02)
+    assert bad.alpha < 0.3 and bad.choose(100) == 0
+
+
+def test_auto_gamma_is_lossless_at_greedy():
+    target = MarkovChain.random(6, seed=3, concentration=0.3)
+    draft = target.perturbed(0.3, seed=4)
+    tm, dm = ChainModel(target), ChainModel(draft)
+    auto = speculative_decode(tm, dm, [1], 50, gamma="auto", temperature=0.0)
+    fixed = speculative_decode(tm, dm, [1], 50, gamma=1, temperature=0.0)
+    assert auto.tokens == fixed.tokens
