@@ -164,6 +164,15 @@ def cmd_bench(args) -> int:
     from .models.loading import load_model, load_pair
 
     console = Console(stderr=True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.verify_cost:
+        from .analysis.verify_cost import markdown, run_verify_cost
+
+        report = run_verify_cost(args.target, repeats=args.repeats, out_dir=Path(args.out))
+        print(markdown(report))
+        console.print(f"wrote {report['json_path']}")
+        return 0
     if args.n_prompts < 1 or args.max_new_tokens < 1:
         raise SpecboundError("--n-prompts and --max-new-tokens must be >= 1")
     if args.threads:
@@ -221,6 +230,9 @@ def register(sub) -> None:
     p.add_argument("--draft-fp32", action="store_true",
                    help="specbound drafts with the same fp32 draft as HF assisted (default: an int8 copy)")
     p.add_argument("--out", default="runs", help="directory for the JSON and markdown reports")
+    p.add_argument("--verify-cost", action="store_true",
+                   help="instead: t(k)/t(1) of the target for k = 1..64, eager vs prepacked linear layers")
+    p.add_argument("--repeats", type=int, default=5, help="repeats per k for --verify-cost (median)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("models", help="list packaged models and where they are cached")
