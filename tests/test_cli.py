@@ -30,3 +30,14 @@ def test_theory_bad_input_is_a_clear_error(capsys):
     assert "--states" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["theory", "--drafts", "a,b"])
+
+
+def test_generate_and_bench_reject_bad_options_before_loading_models(capsys):
+    assert main(["generate", "--gamma", "zero"]) == 2
+    assert "--gamma" in capsys.readouterr().err
+    assert main(["bench", "--n-prompts", "0"]) == 2
+    assert "--n-prompts" in capsys.readouterr().err
+    assert main(["generate", "--temperature", "-1"]) == 2
+    assert "temperature" in capsys.readouterr().err
+    assert main(["generate", "--top-p", "1.5"]) == 2
+    assert "top_p" in capsys.readouterr().err

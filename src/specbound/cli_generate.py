@@ -15,6 +15,8 @@ def _pick_prompt(args):
             raise SpecboundError("--prompt is empty: give some text")
         return Prompt(id="cli", text=args.prompt, kind=args.kind)
     prompts = load_prompts(args.prompt_set)
+    if args.index is None:                 # HumanEval/2 by default; the first prompt of a fallback set
+        args.index = 2 if len(prompts) > 2 else 0
     if not 0 <= args.index < len(prompts):
         raise SpecboundError(f"--index {args.index} is outside prompt set {args.prompt_set!r} (0..{len(prompts) - 1})")
     return prompts[args.index]
@@ -48,8 +50,13 @@ def cmd_generate(args) -> int:
     from .decoding import autoregressive_decode, speculative_decode
     from .models.loading import load_pair
 
+    from .decoding.sampling import SamplingConfig
+
     console = Console(stderr=True)
     gamma = _gamma(args.gamma)
+    SamplingConfig(args.temperature, args.top_k, args.top_p)        # validate before loading models
+    if args.max_new_tokens < 1:
+        raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.threads:
         torch.set_num_threads(args.threads)
     with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
@@ -198,7 +205,7 @@ def register(sub) -> None:
     p.add_argument("--kind", default="code", choices=["code", "chat", "math"],
                    help="how to format --prompt: raw text (code) or chat template (chat, math)")
     p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k | builtin")
-    p.add_argument("--index", type=int, default=2, help="prompt index in the set (default 2)")
+    p.add_argument("--index", type=int, default=None, help="prompt index in the set (default 2, HumanEval/2)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--gamma", default="auto", help="draft length, or 'auto' (cost-model choice per round)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")

@@ -9,9 +9,13 @@ formulas for exact expectations and are cross-checked in the tests.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+from ..errors import SpecboundError
+from ..theory.tradeoff import OVER_ACCEPTANCE_FORMS
 
 __all__ = ["AcceptanceRule", "ChainVerdict", "acceptance_probability", "residual_distribution", "verify_chain"]
 
@@ -114,7 +118,6 @@ def verify_chain(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_p
 # ---------------------------------------------------------------------------------------------------
 # draft trees: deterministic trees (Pankratov & Alistarh 2026) and sampled multi-draft trees (SpecInfer)
 # ---------------------------------------------------------------------------------------------------
-from ..errors import SpecboundError as _TreeInputError  # noqa: E402  (appended section)
 
 
 @dataclass
@@ -143,9 +146,9 @@ def _tree_layout(tokens, parents, target_probs: torch.Tensor, law_mask) -> tuple
     pars = [int(p) for p in torch.as_tensor(parents, dtype=torch.long).reshape(-1).tolist()]
     n = len(toks)
     if len(pars) != n:
-        raise _TreeInputError(f"tree has {n} tokens but {len(pars)} parents")
+        raise SpecboundError(f"tree has {n} tokens but {len(pars)} parents")
     if target_probs.ndim != 2 or target_probs.shape[0] != n + 1:
-        raise _TreeInputError(
+        raise SpecboundError(
             f"target_probs must be [n+1, V] (root law, then the law after each of the n={n} nodes), "
             f"got shape {tuple(target_probs.shape)}"
         )
@@ -153,16 +156,16 @@ def _tree_layout(tokens, parents, target_probs: torch.Tensor, law_mask) -> tuple
     children: list[list[int]] = [[] for _ in range(n + 1)]
     for i, (tok, par) in enumerate(zip(toks, pars)):
         if not -1 <= par < i:
-            raise _TreeInputError(f"tree node {i} has parent {par}: parents must precede children (−1 = root)")
+            raise SpecboundError(f"tree node {i} has parent {par}: parents must precede children (−1 = root)")
         if not 0 <= tok < vocab:
-            raise _TreeInputError(f"tree node {i} has token {tok} outside [0, {vocab})")
+            raise SpecboundError(f"tree node {i} has token {tok} outside [0, {vocab})")
         children[par + 1].append(i)
     if law_mask is None:
         has_law = [True] * (n + 1)
     else:
         has_law = [bool(x) for x in torch.as_tensor(law_mask, dtype=torch.bool).reshape(-1).tolist()]
         if len(has_law) != n + 1:
-            raise _TreeInputError(f"law_mask must have n+1 = {n + 1} entries, got {len(has_law)}")
+            raise SpecboundError(f"law_mask must have n+1 = {n + 1} entries, got {len(has_law)}")
     return toks, children, has_law
 
 
@@ -190,7 +193,7 @@ def verify_tree_deterministic(tokens, parents, target_probs: torch.Tensor, gener
         table: dict[int, int] = {}
         for c in kids:
             if toks[c] in table:
-                raise _TreeInputError(
+                raise SpecboundError(
                     f"node {slot - 1} has two children with token {toks[c]}: a deterministic draft tree "
                     "needs distinct sibling tokens"
                 )
@@ -230,16 +233,16 @@ def verify_tree_multidraft(tokens, parents, draft_probs: torch.Tensor, target_pr
     """
     toks, children, has_law = _tree_layout(tokens, parents, target_probs, law_mask)
     if draft_probs.shape != target_probs.shape:
-        raise _TreeInputError(
+        raise SpecboundError(
             f"draft_probs must have the shape of target_probs {tuple(target_probs.shape)}, got {tuple(draft_probs.shape)}"
         )
     draft_probs = draft_probs.to(target_probs.dtype)
     for slot, kids in enumerate(children):
         if kids and not has_law[slot]:
-            raise _TreeInputError(f"node {slot - 1} has children but no target law (law_mask is False)")
+            raise SpecboundError(f"node {slot - 1} has children but no target law (law_mask is False)")
         for c in kids:
             if not draft_probs[slot, toks[c]] > 0:
-                raise _TreeInputError(
+                raise SpecboundError(
                     f"child {c} (token {toks[c]}) has draft probability 0 at its parent: children must be "
                     "sampled from draft_probs"
                 )
@@ -267,10 +270,6 @@ __all__ += ["TreeVerdict", "verify_tree_deterministic", "verify_tree_multidraft"
 # batch speculative decoding: recursive rejection over i.i.d. candidates (Yin et al. 2024, Alg. 4)
 # relaxed / biased decoding: Decoding-OPT and Decoding-UNO (Yin et al. 2024, §5, Thm 4/5)
 # ---------------------------------------------------------------------------------------------------
-import math as _math  # noqa: E402  (appended section)
-
-from ..errors import SpecboundError as _BatchInputError  # noqa: E402
-from ..theory.tradeoff import OVER_ACCEPTANCE_FORMS  # noqa: E402
 
 
 @dataclass
@@ -302,13 +301,13 @@ def recursive_rejection_sampling(candidates: torch.Tensor, draft_probs: torch.Te
     """
     if candidates.ndim != 2 or draft_probs.ndim != 2 or target_probs.shape != draft_probs.shape \
             or candidates.shape[0] != draft_probs.shape[0]:
-        raise _BatchInputError(
+        raise SpecboundError(
             f"recursive_rejection_sampling needs candidates [B, M] and draft/target laws [B, V]; got "
             f"{tuple(candidates.shape)}, {tuple(draft_probs.shape)}, {tuple(target_probs.shape)}"
         )
     batch, m = candidates.shape
     if alive is not None and tuple(alive.shape) != (batch, m):
-        raise _BatchInputError(f"alive must be [B, M] = {(batch, m)}, got {tuple(alive.shape)}")
+        raise SpecboundError(f"alive must be [B, M] = {(batch, m)}, got {tuple(alive.shape)}")
     draft_probs = draft_probs.to(target_probs.dtype)
     residual = target_probs
     accepted = torch.full((batch,), -1, dtype=torch.long)
@@ -338,7 +337,7 @@ def over_acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.T
     :func:`specbound.theory.tradeoff.over_acceptance` is cross-checked in the tests.
     """
     if form not in OVER_ACCEPTANCE_FORMS:
-        raise _BatchInputError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
+        raise SpecboundError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
     safe = draft_probs.clamp_min(torch.finfo(draft_probs.dtype).tiny)
     ratio = (target_probs + eps) / safe if form == "additive" else target_probs / safe + eps
     return torch.where(draft_probs > 0, ratio.clamp(max=1.0), torch.ones_like(ratio))
@@ -369,10 +368,10 @@ class RelaxedAcceptance(AcceptanceRule):
     name = "relaxed"
 
     def __init__(self, eps: float, form: str = "additive"):
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not _math.isfinite(eps) or eps < 0:
-            raise _BatchInputError(f"eps (over-acceptance threshold) must be a finite number >= 0, got {eps!r}")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+            raise SpecboundError(f"eps (over-acceptance threshold) must be a finite number >= 0, got {eps!r}")
         if form not in OVER_ACCEPTANCE_FORMS:
-            raise _BatchInputError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
+            raise SpecboundError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
         self.eps, self.form = float(eps), form
 
     def acceptance(self, target_probs, draft_probs) -> torch.Tensor:

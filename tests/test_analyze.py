@@ -1,0 +1,198 @@
+"""`specbound analyze` helpers on tiny random transformers and `reproduce pankratov --quick --skip-llm`
+(Pankratov & Alistarh 2026). Only what theory guarantees is asserted: T*(P) maximises Σ p(v) over
+prefix-closed trees of ≤ P nodes, its values are nested (non-decreasing, concave in P), the oracle's
+accepted length has mean E[X|T], and the i.i.d. slope of E[X*] vs ln P is 1/μ. (The renewal bound is
+NOT asserted on the tiny model: its contexts are not i.i.d.)"""
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import perturbed_copy, tiny_transformer
+from specbound.analysis import analyze as az
+from specbound.cli import main
+from specbound.decoding import DynamicTreeDrafter, SamplingConfig
+from specbound.decoding.sampling import logits_to_probs
+from specbound.models.hf import HFModel
+from specbound.theory import estimate_moments, optimal_tree, tree_value
+
+VOCAB = 48
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_transformer(0, vocab=VOCAB)
+    draft = perturbed_copy(target, noise=0.35, seed=1)
+    return HFModel(target, name="tiny-target"), HFModel(draft, name="tiny-draft")
+
+
+def _direct_law(model: HFModel, context, config: SamplingConfig) -> np.ndarray:
+    """Target law after ``context`` from a fresh, cache-free full forward."""
+    with torch.inference_mode():
+        logits = model.model(input_ids=torch.tensor([list(context)])).logits[0, -1].double()
+    return logits_to_probs(logits, config).numpy()
+
+
+# ------------------------------------------------------------------ quick reproduction without models
+def test_reproduce_pankratov_quick_skip_llm(tmp_path):
+    t0 = time.perf_counter()
+    code = main(["reproduce", "pankratov", "--quick", "--skip-llm", "--no-progress", "--out", str(tmp_path)])
+    assert time.perf_counter() - t0 < 30
+    assert code == 0
+    for name in ("results.json", "report.md", "report.html", "synthetic_slopes.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["llm"] is None and "skip-llm" in result["llm_note"]
+    cases = result["synthetic"]["cases"]
+    assert len(cases) >= 3
+    for case in cases:
+        assert abs(case["slope"] * case["mu"] - 1) <= 0.05, case["name"]
+        assert case["renewal_holds"] and case["published_holds_P_ge_3"], case["name"]
+    # the T3 reference values of the note (§5): p = (0.6, 0.25, 0.1, 0.05), uniform V = 4
+    t3a = next(c for c in cases if c["name"].startswith("T3a"))
+    assert t3a["checkpoints"]["16"] == pytest.approx(2.540, abs=1e-3)
+    assert t3a["checkpoints"]["1024"] == pytest.approx(6.501, abs=1e-3)
+    t3d = next(c for c in cases if c["name"].startswith("T3d"))
+    assert t3d["checkpoints"]["20"] == pytest.approx(2.0) and t3d["checkpoints"]["84"] == pytest.approx(3.0)
+    report = (tmp_path / "report.md").read_text()
+    assert "LLM parts skipped" in report and "synthetic_slopes.png" in report
+    assert '<img src="synthetic_slopes.png"' in (tmp_path / "report.html").read_text()
+
+
+# ------------------------------------------------------------------ (a) moments
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampled_moments_equal_direct_computation(pair, temperature):
+    target, _ = pair
+    prompt = [3, 17, 5, 9]
+    sample = az.sample_with_moments(target, prompt, 12, temperature, torch.Generator().manual_seed(0))
+    assert len(sample["tokens"]) == len(sample["H"]) == len(sample["m2"]) == 12
+    seq = prompt + sample["tokens"]
+    with torch.inference_mode():
+        logits = target.model(input_ids=torch.tensor([seq])).logits[0, len(prompt) - 1:-1].double()
+    logp = torch.log_softmax(logits / temperature, dim=-1).numpy()
+    p = np.exp(logp)
+    H = -(p * logp).sum(-1)
+    m2 = (p * logp ** 2).sum(-1)
+    np.testing.assert_allclose(sample["H"], H, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sample["m2"], m2, rtol=1e-4, atol=1e-5)
+    # pooled estimate == estimate_moments on the stacked rows (same formulas), and E[H²] ≤ μ₂ (Jensen)
+    other = az.sample_with_moments(target, [7, 7], 5, temperature, torch.Generator().manual_seed(1))
+    agg = az.aggregate_moments([sample["H"], other["H"]], [sample["m2"], other["m2"]])
+    with torch.inference_mode():
+        seq2 = [7, 7] + other["tokens"]
+        logits2 = target.model(input_ids=torch.tensor([seq2])).logits[0, 1:-1].double()
+    ref = estimate_moments(torch.cat([logits, logits2]).numpy(), temperature=temperature, from_logits=True)
+    for key in ("mu", "mu2", "mean_H2", "var_surprisal", "se_mu", "se_mu2"):
+        assert agg[key] == pytest.approx(getattr(ref, key), rel=1e-4, abs=1e-6), key
+    assert agg["n"] == ref.n == 17 and agg["n_prompts"] == 2
+    assert agg["mean_H2"] <= agg["mu2"]
+
+
+# ------------------------------------------------------------------ (b) oracle trees
+@pytest.mark.parametrize("width", [1, 4, 16])
+def test_batched_oracle_tree_equals_theory_optimal_tree(pair, width):
+    target, _ = pair
+    config = SamplingConfig(1.0)
+    context = [3, 17, 5, 9, 21]
+    ref = optimal_tree(lambda path: _direct_law(target, context + list(path), config), 24)
+    target.reset()
+    target.forward(torch.tensor([context[:-1]]))
+    tree, info = az.oracle_tree_at(target, context, 24, width=width, config=config)
+    assert target.cache_length == len(context) - 1            # cache restored
+    assert tree.nodes == ref.nodes
+    assert tree.value == pytest.approx(ref.value, rel=1e-5)
+    if width > 1:
+        assert info["reads"] < len(tree.nodes)               # batching saved target calls
+    # nested optimal trees: running sums are E[X|T*(n)] for every n ≤ P
+    run = np.cumsum(tree.path_probs)
+    for n in (1, 3, 10):
+        assert run[n - 1] == pytest.approx(
+            optimal_tree(lambda path: _direct_law(target, context + list(path), config), n).value, rel=1e-5)
+
+
+def test_oracle_value_dominates_real_deterministic_trees(pair):
+    """T*(P) maximises Σ p_target(v) over prefix-closed trees with ≤ P nodes (§2): the dynamic drafter's
+    tree and the greedy chain of the draft can only be worse under the target's law."""
+    target, draft = pair
+    config = SamplingConfig(1.0)
+    context = [11, 2, 30, 4]
+
+    def law(path):
+        return _direct_law(target, context + list(path), config)
+
+    for P in (1, 3, 8, 20):
+        target.reset()
+        target.forward(torch.tensor([context[:-1]]))
+        tree, _ = az.oracle_tree_at(target, context, P, config=config)
+        drafter = DynamicTreeDrafter(draft, config, P, width=3)
+        drafter.prefill(context)
+        drafted = drafter.draft(context, P, torch.Generator())
+        paths = []
+        for tok, parent in zip(drafted.tokens, drafted.parents):
+            paths.append((tok,) if parent < 0 else paths[parent] + (tok,))
+        assert len(paths) <= P
+        assert tree_value(paths, law) <= tree.value + 1e-9
+        chain, node = [], ()
+        for _ in range(P):                                       # the target's own greedy chain
+            node = node + (int(np.argmax(law(node))),)
+            chain.append(node)
+        assert tree_value(chain, law) <= tree.value + 1e-9
+
+
+def test_oracle_values_are_nested_and_concave(pair):
+    target, _ = pair
+    cfg = az.AnalyzeConfig(n_prompts=2, tokens=6, capacities=(1, 2, 4, 8, 16), oracle_positions=4, oracle_width=4)
+    mom = az.measure_moments(target, [[1, 2, 3], [5, 6]], cfg.tokens, cfg.temperature)
+    res = az.oracle_values(target, mom["samples"], cfg)
+    vals = np.asarray(res["per_position"])
+    assert vals.shape == (4, 5)
+    assert np.all(np.diff(vals, axis=1) >= -1e-12)             # more capacity never hurts
+    gains = np.diff(np.concatenate([np.zeros((4, 1)), vals], axis=1), axis=1) / np.diff([0, 1, 2, 4, 8, 16])
+    assert np.all(np.diff(gains, axis=1) <= 1e-9)                # average gain per node decreases (concave)
+    assert np.all(vals <= np.asarray(cfg.capacities) + 1e-12)
+    for pos, row in zip(res["positions"], vals):                 # E[X|T*(1)] = largest root probability
+        assert row[0] == pytest.approx(pos["root_top"], rel=1e-9)
+        # the oracle's root law is the law whose entropy (a) measured at that generated position
+        assert pos["root_entropy"] == pytest.approx(pos["entropy_at_position"], rel=1e-4)
+
+
+# ------------------------------------------------------------------ the whole per-set analysis
+def test_analyze_set_on_tiny_models(pair, tmp_path):
+    target, draft = pair
+    cfg = az.AnalyzeConfig(n_prompts=2, tokens=8, capacities=(1, 4, 8), oracle_positions=3, oracle_width=4,
+                           oracle_sd_capacities=(1, 8), oracle_sd_tokens=40, drafter_prompts=1, drafter_tokens=12,
+                           cost_repeats=1)
+    res = az.analyze_set(target, draft, "tiny", cfg, prompt_ids=[[1, 2, 3], [4, 5]], progress=False,
+                         log=lambda *a: None)
+    assert set(res["bounds"]) >= {"capacity", "published", "renewal", "threshold", "asymptotic"}
+    assert res["moments"]["n"] == 16
+    for P, sd in res["oracle_sd"]["by_capacity"].items():
+        # accepted length minus E[X|T] of the drafted tree: martingale differences with mean 0
+        assert abs(sd["diff_mean"]) <= 4 * sd["diff_se"] + 1e-9, (P, sd)
+    assert set(res["drafters"]) == {"chain", "dynamic"}
+    for d in res["drafters"].values():
+        for r in d["by_capacity"].values():
+            assert r["tau"] >= 1.0 and r["draft_seconds_per_round"] > 0
+    rows = res["speedups"]["rows"]
+    assert [r["P"] for r in rows] == [1, 4, 8]
+    for i, r in enumerate(rows):
+        assert r["const_oracle"] == pytest.approx(res["oracle"]["mean"][i] + 1)
+        assert r["const_renewal"] == pytest.approx(res["bounds"]["renewal"][i] + 1)
+        assert r["wall_dynamic"] > 0 and math.isfinite(r["wall_chain"])
+    paths = az.write_report(res, tmp_path)
+    for path in paths.values():
+        assert path.stat().st_size > 0
+    html = (tmp_path / "report.html").read_text()
+    assert '<img src="expected_accepted.png"' in html and "<table>" in html
+    assert json.loads((tmp_path / "analyze.json").read_text())["set"] == "tiny"
+
+
+def test_markdown_to_html_subset():
+    md = "# T\n\nsome `code` text\n\n| a | b |\n|---|---:|\n| 1 | 2 |\n\n- x\n- y\n\n![cap](f.png)\n"
+    html = az.markdown_to_html(md)
+    assert "<h1>T</h1>" in html and "<code>code</code>" in html
+    assert "<th>a</th>" in html and "<td>2</td>" in html and "<li>x</li>" in html
+    assert '<img src="f.png"' in html

@@ -1,0 +1,141 @@
+"""`specbound reproduce yin --quick --skip-llm`: files are written and the numbers in results.json agree
+with the theory functions (Yin et al. 2024, Thm 1, Thm 3 / Prop 1, closed forms, Thm 4/5)."""
+import json
+import time
+
+import numpy as np
+import pytest
+
+from specbound.cli import main
+from specbound.theory import MarkovChain, expected_rejections
+from specbound.theory.distributions import tv
+from specbound.theory.rejections import batch_expected_rejections, batch_rejections_limit
+from specbound.theory.tradeoff import pareto_front
+
+FILES = ("fig2a.png", "fig2b.png", "fig2c.png", "fig3.png", "fig4.png", "summary.md", "results.json")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce-yin")
+    t0 = time.perf_counter()
+    code = main(["reproduce", "yin", "--quick", "--skip-llm", "--out", str(out), "--seed", "0"])
+    seconds = time.perf_counter() - t0
+    assert code == 0
+    return out, json.loads((out / "results.json").read_text()), seconds
+
+
+def test_quick_run_writes_every_file_fast(quick_run):
+    out, results, seconds = quick_run
+    assert seconds < 30, f"quick mode took {seconds:.1f} s"
+    for name in FILES:
+        path = out / name
+        assert path.is_file() and path.stat().st_size > 500, name
+        if name.endswith(".png"):
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = (out / "summary.md").read_text()
+    assert "16.41" in summary and "3.05" in summary and "not published" in summary
+    assert results["table1"]["status"] == "skipped" and "--skip-llm" in results["table1"]["note"]
+
+
+def _fig2_pair(chain):
+    target = MarkovChain.random(chain["states"], horizon=chain["horizon"], concentration=chain["concentration"],
+                                seed=chain["target_seed"])
+    draft = target.perturbed(chain["draft_noise"], seed=chain["draft_seed"])
+    return target, draft
+
+
+def test_fig2_exact_values_are_the_theory_functions_of_the_generated_chain(quick_run):
+    _, results, _ = quick_run
+    f2 = results["fig2"]
+    target, draft = _fig2_pair(f2["chain"])
+    horizon = f2["chain"]["horizon"]
+    assert (f2["chain"]["states"], horizon) == (7, 50)
+    rows = f2["rows"]
+    assert rows["sd"]["exact"] == pytest.approx(expected_rejections(draft, target, horizon), abs=1e-12)
+    for m in (4, 5):
+        for design in ("A", "B"):
+            assert rows[f"M{m}{design}"]["exact"] == pytest.approx(
+                batch_expected_rejections(draft, target, horizon, m, design), abs=1e-12)
+    curve = f2["curve"]
+    assert curve["limit_B"] == pytest.approx(batch_rejections_limit(draft, target, horizon), abs=1e-12)
+    assert curve["exact_B"][0] == pytest.approx(rows["sd"]["exact"], abs=1e-12)
+    assert curve["drafts"] == list(range(1, 21))
+
+
+def test_fig2_monte_carlo_within_four_standard_errors(quick_run):
+    _, results, _ = quick_run
+    f2 = results["fig2"]
+    for key, row in f2["rows"].items():
+        mc = row["numpy_mc"]
+        assert abs(mc["mean"] - row["exact"]) <= 4 * mc["se"], (key, mc, row["exact"])
+        if "engine" in row:                              # the real decoding engine on ChainModels
+            eng = row["engine"]
+            assert abs(eng["mean"] - row["exact"]) <= 4 * eng["se"], (key, eng, row["exact"])
+    assert {"sd", "M4B", "M5B"} <= {k for k, r in f2["rows"].items() if "engine" in r}
+    for p in f2["curve"]["mc_points"]:
+        assert abs(p["mean"] - p["exact"]) <= 4 * p["se"], p
+
+
+def test_fig2c_batch_curve_is_non_increasing_and_bounded_away_from_zero(quick_run):
+    _, results, _ = quick_run
+    c = results["fig2"]["curve"]
+    b, a = np.asarray(c["exact_B"]), np.asarray(c["exact_A"])
+    assert np.all(np.diff(b) <= 1e-12) and np.all(np.diff(a) <= 1e-12)
+    assert np.all(a <= b + 1e-12)                             # the tree DFS never rejects more
+    assert 0 < c["limit_B"] <= b[-1] + 1e-12                  # Prop 1: M → ∞ does not reach 0
+    assert b[0] - b[-1] > 0.5                                 # batching helps on this instance
+    assert c["nonincreasing_B"] and c["A_le_B"]
+
+
+def test_fig3_closed_forms_match_the_residual_chain(quick_run):
+    _, results, _ = quick_run
+    f3 = results["fig3"]
+    assert f3["max_abs_diff"] < 1e-12
+    for row in f3["bernoulli"] + f3["uniform"]:
+        closed = np.asarray(row["closed"])
+        assert closed[0] == pytest.approx(0.0, abs=1e-15)      # M = 1: no improvement
+        assert np.all(np.diff(closed) >= -1e-15) and closed[-1] <= row["tv"] + 1e-12   # saturates below TV
+        assert row["max_abs_diff_rho"] < 1e-12
+
+
+def test_fig4_opt_points_on_the_pareto_line_and_uno_above(quick_run):
+    _, results, _ = quick_run
+    f4 = results["fig4"]
+    draft, target = np.asarray(f4["draft"]), np.asarray(f4["target"])
+    assert len(draft) == f4["vocab"] == 10
+    assert f4["tv"] == pytest.approx(float(tv(draft, target)), abs=1e-12)
+    eps = np.asarray(f4["eps"])
+    for form, d in f4["forms"].items():
+        rej, opt, uno = (np.asarray(d[k]) for k in ("rejection", "opt_bias", "uno_bias"))
+        np.testing.assert_allclose(rej + opt, f4["tv"], atol=1e-9)          # Thm 5: on the line
+        np.testing.assert_allclose(np.asarray(d["lp_opt_bias"]), opt, atol=1e-8)   # Thm 4 vs LP
+        rejecting = rej > 1e-9
+        assert rejecting.sum() >= 3
+        assert np.all(rej + uno > f4["tv"] + 1e-6, where=rejecting)       # UNO strictly above the line
+        assert np.all(uno >= opt - 1e-12)
+        front = pareto_front(draft, target, eps, form)                     # recomputed from the stored instance
+        np.testing.assert_allclose(front.rejection, rej, atol=1e-12)
+        np.testing.assert_allclose(front.uno_bias, uno, atol=1e-12)
+        for i, core in enumerate(d["core_mc"]):                             # verification core, one step
+            assert core["opt"]["rejection"] == core["uno"]["rejection"]     # same b, same uniforms
+            assert abs(core["opt"]["rejection"] - rej[i]) <= 4 * core["opt"]["rejection_se"] + 1e-12
+
+
+def test_missing_models_skip_the_llm_table_with_a_note(monkeypatch):
+    from specbound.analysis import reproduce_yin
+    from specbound.models import registry
+
+    monkeypatch.setattr(registry, "is_converted", lambda name: False)
+    out = reproduce_yin.run_table1(reproduce_yin.Settings(quick=True))
+    assert out["status"] == "skipped"
+    assert "not available" in out["note"] and "qwen2.5-coder-1.5b" in out["note"]
+
+
+def test_wilson_interval():
+    from specbound.analysis.reproduce_yin import wilson_interval
+
+    lo, hi = wilson_interval(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)
+    lo, hi = wilson_interval(0, 5)
+    assert lo == 0.0 and 0 < hi < 0.5
