@@ -42,6 +42,8 @@ PAPER = {"fig2a_expected_rejections": 16.41, "fig2a_speedup": 3.05, "horizon": 5
 TABLE_EPS = (0.1, 0.2, 0.4, 0.8)
 #: Additive ε "saturates" when its smallest ε already removes more than this share of SD's rejections.
 SATURATION_SHARE = 0.75
+#: --quick must finish within 2 minutes; Table 1 gets what Fig. 2-4 leave of this.
+QUICK_TOTAL_SECONDS = 105.0
 
 
 # =============================================================================================== settings
@@ -77,7 +79,9 @@ class Settings:
     table_eps: tuple[float, ...] = TABLE_EPS
     forms: str = "auto"                         # auto | additive | ratio | both
     calibration_prompts: int = 3
+    llm_budget: float | None = 22 * 60.0        # seconds for the whole Table 1 (load + calibrate + generate + score)
     llm_load_budget: float | None = None        # seconds; skip the LLM table if loading takes longer
+    threads: int | None = None                  # torch threads for the real models (None: torch's default)
     notes: list = field(default_factory=list)
 
     @classmethod
@@ -95,10 +99,15 @@ class Settings:
             s.table_eps = (0.1, 0.8)
             s.calibration_prompts = 1
             s.llm_load_budget = 60.0
+            s.llm_budget = QUICK_TOTAL_SECONDS        # minus the time Fig. 2-4 took (see run)
         for name in ("prompts", "samples", "tokens", "gamma", "mc_runs", "engine_runs"):
             value = getattr(args, name.replace("-", "_"), None)
             if value is not None:
                 setattr(s, name, int(value))
+        if getattr(args, "llm_minutes", None) is not None:
+            s.llm_budget = 60.0 * float(args.llm_minutes)
+        if getattr(args, "threads", None) is not None:
+            s.threads = int(args.threads)
         if getattr(args, "forms", None):
             s.forms = args.forms
         if getattr(args, "prompt_set", None):
@@ -124,6 +133,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--mc-runs", type=int, default=None, help="NumPy Monte Carlo runs for Fig. 2a/b")
     parser.add_argument("--engine-runs", type=int, default=None, help="decoding-engine runs per Fig. 2 setting")
     parser.add_argument("--prompt-set", default=None, help="prompt set for Table 1 (default mtbench)")
+    parser.add_argument("--llm-minutes", type=float, default=None,
+                        help="time budget of Table 1 in minutes (default 22; quick: what is left of 110 s). "
+                             "Whole (prompt, sample) units are dropped when it would be exceeded")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the real models "
+                                                                  "(default: torch's default)")
 
 
 # =============================================================================================== helpers
@@ -563,6 +577,9 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
     from ..models.loading import load_pair
 
     t0 = time.perf_counter()
+    budget = s.llm_budget if s.llm_budget is not None else float("inf")
+    if s.threads:
+        torch.set_num_threads(s.threads)
     try:
         target, draft = load_pair(progress=False, draft_int8=True)
     except (ModelNotAvailable, ImportError, OSError) as exc:
@@ -571,6 +588,9 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
     if s.llm_load_budget is not None and load_seconds > s.llm_load_budget:
         return {"status": "skipped", "note": f"model loading took {load_seconds:.0f} s, over the quick-mode "
                                              f"budget of {s.llm_load_budget:.0f} s"}
+    if load_seconds > 0.5 * budget:
+        return {"status": "skipped", "note": f"model loading took {load_seconds:.0f} s, half of the Table 1 "
+                                             f"time budget of {budget:.0f} s (machine busy?)"}
     tokenizer = target.tokenizer
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -581,7 +601,9 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
 
     # 1) which form? exact acceptance along lossless samples
     calib_forms = ("additive", "ratio")
+    calib_t0 = time.perf_counter()
     calibration = _calibrate(target, draft, prompts_ids[:max(1, s.calibration_prompts)], s, calib_forms, progress)
+    calib_seconds = time.perf_counter() - calib_t0
     saturates = calibration.get("additive_saturates", False)
     if s.forms == "both":
         forms = ["additive", "ratio"]
@@ -595,35 +617,55 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
                  f"already removes {100 * calibration.get('additive_share_removed_at_smallest_eps', float('nan')):.0f}% "
                  f"of standard SD's rejections (threshold {100 * SATURATION_SHARE:.0f}%); forms run: {', '.join(forms)}")
 
-    # 2) paired generations: same prompt, same seed, same ε, OPT and UNO
+    # 2) paired generations: same prompt, same seed, same ε, OPT and UNO. The work is cut into units
+    #    (one prompt, one sample index: every form × ε × method), sample 0 of every prompt first, so a
+    #    time budget drops whole units and every (form, ε) row keeps the same pairs.
+    units = [(i, j) for j in range(s.samples) for i in range(len(prompts))]
+    per_unit = len(forms) * len(s.table_eps) * 2
     generations = []
-    total = len(forms) * len(s.table_eps) * len(prompts) * s.samples * 2
-    task = progress.add_task("Table 1 generation (OPT/UNO pairs)", total=total) if progress else None
+    task = progress.add_task("Table 1 generation (OPT/UNO pairs)", total=len(units) * per_unit) if progress else None
     gen_t0 = time.perf_counter()
-    for form in forms:
-        for eps in s.table_eps:
-            for i, (prompt, ids) in enumerate(zip(prompts, prompts_ids)):
-                for j in range(s.samples):
-                    seed = s.seed * 1_000_003 + 1000 * i + j
-                    for method in ("opt", "uno"):
-                        res = speculative_decode(target, draft, [ids], s.tokens, gamma=s.gamma, temperature=1.0,
-                                                 seed=seed, relaxation=(method, eps, form))
-                        m = res.metrics
-                        generations.append({
-                            "form": form, "eps": eps, "method": method, "prompt": prompt.id, "prompt_index": i,
-                            "sample": j, "seed": seed, "tokens": res.tokens, "new_tokens": m.new_tokens,
-                            "rejections": m.rejections, "verified": m.bias_positions,
-                            "expected_bias": m.expected_bias, "target_calls": m.target_calls,
-                            "seconds": m.total_time, "lossless": res.lossless, "method_name": res.method,
-                        })
-                        if progress is not None:
-                            progress.advance(task)
+    # rough cost guess before the first unit: a calibration sample per generation, scoring ≈ ⅓ of that
+    unit_guess = per_unit * calib_seconds / max(1, min(len(prompts_ids), s.calibration_prompts))
+    done_units, budget_note = [], None
+    for i, j in units:
+        elapsed = time.perf_counter() - t0
+        unit_est = (time.perf_counter() - gen_t0) / len(done_units) if done_units else unit_guess
+        if elapsed + 1.35 * unit_est > budget:
+            budget_note = (f"time budget {budget:.0f} s reached after {elapsed:.0f} s: {len(done_units)} of "
+                           f"{len(units)} (prompt, sample) units generated")
+            break
+        prompt, ids = prompts[i], prompts_ids[i]
+        seed = s.seed * 1_000_003 + 1000 * i + j
+        for form in forms:
+            for eps in s.table_eps:
+                for method in ("opt", "uno"):
+                    res = speculative_decode(target, draft, [ids], s.tokens, gamma=s.gamma, temperature=1.0,
+                                             seed=seed, relaxation=(method, eps, form))
+                    m = res.metrics
+                    generations.append({
+                        "form": form, "eps": eps, "method": method, "prompt": prompt.id, "prompt_index": i,
+                        "sample": j, "seed": seed, "tokens": res.tokens, "new_tokens": m.new_tokens,
+                        "rejections": m.rejections, "verified": m.bias_positions,
+                        "expected_bias": m.expected_bias, "target_calls": m.target_calls,
+                        "seconds": m.total_time, "lossless": res.lossless, "method_name": res.method,
+                    })
+                    if progress is not None:
+                        progress.advance(task)
+        done_units.append((i, j))
+    if not done_units:
+        return {"status": "skipped", "note": f"not even one (prompt, sample) unit fits the Table 1 time budget of "
+                                             f"{budget:.0f} s (load {load_seconds:.0f} s, calibration "
+                                             f"{calib_seconds:.0f} s)", "calibration": calibration,
+                "form_note": form_note}
+    prompts_used = sorted({i for i, _ in done_units})
     gen_seconds = time.perf_counter() - gen_t0
 
     # 3) proxy judge: target mean log-likelihood of each (stop-truncated) response
-    task = progress.add_task("Table 1 scoring (target log-likelihood)", total=len(prompts)) if progress else None
+    task = progress.add_task("Table 1 scoring (target log-likelihood)", total=len(prompts_used)) if progress else None
     score_t0 = time.perf_counter()
-    for i, ids in enumerate(prompts_ids):
+    for i in prompts_used:
+        ids = prompts_ids[i]
         mine = [g for g in generations if g["prompt_index"] == i]
         scores = _score_responses(target, ids, [_truncate(g["tokens"], stops) for g in mine])
         for g, sc in zip(mine, scores):
@@ -684,12 +726,15 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
     return {"status": "ran", "note": None, "form_note": form_note, "forms": forms,
             "target": target.name, "draft": draft.name, "draft_backend": getattr(draft, "linear_backend", "?"),
             "target_backend": getattr(target, "linear_backend", "?"),
-            "prompt_set": s.prompt_set, "prompt_ids": [p.id for p in prompts], "prompt_note": prompt_note,
+            "prompt_set": s.prompt_set, "prompt_ids": [prompts[i].id for i in prompts_used],
+            "prompt_note": prompt_note, "units_planned": len(units), "units_done": len(done_units),
+            "budget_seconds": budget, "budget_note": budget_note,
             "samples_per_prompt": s.samples, "tokens": s.tokens, "gamma": s.gamma, "temperature": 1.0,
             "eps": list(s.table_eps), "judge": "PROXY: target model's mean log-likelihood per token of the "
             "response given the prompt (responses truncated after the first stop token); the paper used "
             "RM-Mistral-7B and GPT-4",
-            "seconds": {"load": load_seconds, "generation": gen_seconds, "scoring": score_seconds},
+            "seconds": {"load": load_seconds, "calibration": calib_seconds, "generation": gen_seconds,
+                        "scoring": score_seconds},
             "torch_threads": torch.get_num_threads(),
             "calibration": calibration, "rows": rows, "generations": generations}
 
@@ -814,6 +859,8 @@ def _summary_markdown(results: dict) -> str:
                  "they make identical decisions until their first rejection (common random numbers).\n")
         if t1.get("prompt_note"):
             L.append(f"Prompt note: {t1['prompt_note']}\n")
+        if t1.get("budget_note"):
+            L.append(f"**Time budget:** {t1['budget_note']} (sample 0 of every prompt first; whole units dropped).\n")
         L.append(f"**Judge = {t1['judge']}.** The paper's Table 1 used pythia-70m/2.8b on Alpaca-Farm-Eval "
                  "(200 prompts × 500 comparisons) and reported OPT > 50 % in all settings; its exact numbers are "
                  "not available, so only the direction can be compared.\n")
@@ -917,6 +964,8 @@ def run(args) -> int:
         f4 = run_fig4(s, progress)
         runtime["fig4"] = time.perf_counter() - t
         t = time.perf_counter()
+        if s.quick and getattr(args, "llm_minutes", None) is None:
+            s.llm_budget = max(0.0, QUICK_TOTAL_SECONDS - (t - start) - 5.0)   # 5 s for figures + report
         t1 = run_table1(s, progress, console)
         runtime["table1"] = time.perf_counter() - t
     t = time.perf_counter()

@@ -39,14 +39,13 @@ token.
 from __future__ import annotations
 
 import math
-import operator
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, positive_int
 from ..models.base import LanguageModel
 from .engine import ChainSpeculator, _feed, _prefill
 from .result import DecodeMetrics, DecodeResult
@@ -67,17 +66,7 @@ def check_drafts(drafts) -> int:
     """M (number of i.i.d. draft sequences per round): an integer ≥ 1; None means 1 (chain SD)."""
     if drafts is None:
         return 1
-    if isinstance(drafts, (bool, np.bool_)):
-        raise SpecboundError(f"drafts (number of draft sequences per round) must be an integer >= 1 or None, got {drafts!r}")
-    try:
-        value = operator.index(drafts)
-    except TypeError:
-        raise SpecboundError(
-            f"drafts (number of draft sequences per round) must be an integer >= 1 or None, got {drafts!r}"
-        ) from None
-    if value < 1:
-        raise SpecboundError(f"drafts (number of draft sequences per round) must be >= 1, got {value}")
-    return value
+    return positive_int(drafts, "drafts (number of draft sequences per round)")
 
 
 def check_design(design) -> str:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, positive_int
 from ..models.base import LanguageModel
 from ..theory.trees import optimal_tree
 from .sampling import SamplingConfig, logits_to_probs
@@ -42,24 +41,7 @@ MULTIDRAFT = "multidraft"
 
 def check_tree_capacity(capacity) -> int:
     """Capacity P (number of drafted tree nodes per round): an integer ≥ 1, bools rejected."""
-    if isinstance(capacity, (bool, np.bool_)):
-        raise SpecboundError(f"tree (capacity P, drafted nodes per round) must be an integer >= 1, got {capacity!r}")
-    try:
-        value = operator.index(capacity)
-    except TypeError:
-        raise SpecboundError(
-            f"tree (capacity P, drafted nodes per round) must be an integer >= 1, got {capacity!r} "
-            f"of type {type(capacity).__name__}"
-        ) from None
-    if value < 1:
-        raise SpecboundError(f"tree (capacity P, drafted nodes per round) must be an integer >= 1, got {value}")
-    return value
-
-
-def _positive_int(value, what: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise SpecboundError(f"{what} must be an integer >= 1, got {value!r}")
-    return int(value)
+    return positive_int(capacity, "tree (capacity P, drafted nodes per round)")
 
 
 @dataclass
@@ -262,8 +244,8 @@ class DynamicTreeDrafter(_ModelDrafter):
     def __init__(self, model: LanguageModel, config: SamplingConfig, capacity: int, width: int = 8,
                  max_children: int | None = None):
         super().__init__(model, config, capacity)
-        self.width = _positive_int(width, "width (expansions per draft call)")
-        self.max_children = None if max_children is None else _positive_int(max_children, "max_children")
+        self.width = positive_int(width, "width (expansions per draft call)")
+        self.max_children = None if max_children is None else positive_int(max_children, "max_children")
         self.rank_config = SamplingConfig(1.0, config.top_k, config.top_p) if config.greedy else config
 
     def draft(self, committed, max_depth, generator):
@@ -368,7 +350,7 @@ class SampledTreeDrafter(_ModelDrafter):
             raise SpecboundError(f"branching must be a sequence of integers >= 1, got {branching!r}") from None
         if not branching:
             raise SpecboundError("branching must list at least one child count")
-        self.branching = tuple(_positive_int(b, "each branching entry") for b in branching)
+        self.branching = tuple(positive_int(b, "each branching entry") for b in branching)
         if self.branching == (1,):
             self.name = "chain"
 

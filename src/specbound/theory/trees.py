@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, positive_int
 
 __all__ = [
     "DraftTree",
@@ -48,18 +48,7 @@ _STOCHASTIC_ATOL = 1e-8
 # ---------------------------------------------------------------------------------------------------
 def _check_capacity(capacity) -> int:
     """Capacity P: a Python/NumPy integer ≥ 1 (bools and floats are rejected)."""
-    if isinstance(capacity, (bool, np.bool_)):
-        raise SpecboundError(f"capacity must be an integer >= 1, got the bool {capacity!r}")
-    try:
-        value = operator.index(capacity)
-    except TypeError:
-        raise SpecboundError(
-            f"capacity must be an integer >= 1 (number of draft-tree nodes), got {capacity!r} "
-            f"of type {type(capacity).__name__}"
-        ) from None
-    if value < 1:
-        raise SpecboundError(f"capacity must be an integer >= 1 (number of draft-tree nodes), got {value}")
-    return value
+    return positive_int(capacity, "capacity (number of draft-tree nodes)")
 
 
 def _as_path(node) -> Path:
