@@ -196,3 +196,31 @@ def test_markdown_to_html_subset():
     assert "<h1>T</h1>" in html and "<code>code</code>" in html
     assert "<th>a</th>" in html and "<td>2</td>" in html and "<li>x</li>" in html
     assert '<img src="f.png"' in html
+
+
+def test_exact_drafter_values_match_their_definitions(pair):
+    """Dynamic tree: E[X|T_dyn(1)] = target prob of the draft's arg-max, and ≤ E[X|T*(P)] for every P.
+    Chain: averaged over drafted tokens, the conditional expectation at γ = 1 is Σ_a min(target, draft)."""
+    target, draft = pair
+    config = SamplingConfig(1.0)
+    context = [5, 40, 2, 19]
+    p = _direct_law(target, context, config)
+    q = _direct_law(draft, context, config)
+    t_ctx, d_ctx = az._Context(target), az._Context(draft)
+    t_ctx.set(context)
+    d_ctx.set(context)
+    oracle, _ = az.oracle_tree_at(target, context, 16, config=config)
+    oracle_run = np.cumsum(oracle.path_probs)
+    chain_first = []
+    for i in range(300):
+        vals = az.drafter_values_at(target, draft, context, 16, config, torch.Generator().manual_seed(i))
+        assert target.cache_length == draft.cache_length == len(context) - 1      # caches restored
+        chain_first.append(vals["chain"]["running"][0])
+        if i == 0:
+            dyn = np.asarray(vals["dynamic"]["running"])
+            assert dyn[0] == pytest.approx(p[int(np.argmax(q))], rel=1e-5)
+            assert np.all(dyn <= oracle_run[: dyn.size] + 1e-9)
+            assert np.all(np.diff(vals["chain"]["running"]) >= 0)
+    overlap = np.minimum(p, q).sum()
+    se = np.std(chain_first, ddof=1) / math.sqrt(len(chain_first))
+    assert abs(np.mean(chain_first) - overlap) <= 4 * se + 1e-9

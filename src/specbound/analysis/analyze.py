@@ -453,6 +453,101 @@ class BatchedOracleTreeDrafter(OracleTreeDrafter):
         return DraftedTree(tokens, parents, DETERMINISTIC, value=math.fsum(probs), draft_calls=laws.reader.calls)
 
 
+def _target_tree_laws(target, context: list[int], tokens: list[int], parents: list[int],
+                      config: SamplingConfig) -> np.ndarray:
+    """Processed target laws [n+1, V] (float64) at the root (row 0) and after every node of a tree,
+    from ONE ``forward_tree`` pass; the target's cache is restored to its committed prefix."""
+    reader = TreeReader(target, context)
+    ids = []
+    for tok, parent in zip(tokens, parents):
+        ids.append(reader.add(tok, -1 if parent < 0 else ids[parent]))
+    try:
+        logits = reader.read([-1] + ids)
+    finally:
+        reader.restore()
+    probs = logits_to_probs(logits, config, target.name).to(torch.float64)
+    return (probs / probs.sum(-1, keepdim=True)).numpy()
+
+
+def drafter_values_at(target, draft, context: list[int], capacity: int, config: SamplingConfig,
+                      generator: torch.Generator, width: int = 8) -> dict:
+    """Exact conditional expected accepted lengths of the real drafters at one context, for every P ≤
+    ``capacity`` (both caches must hold a prefix of ``context``; they are restored).
+
+    * dynamic tree (deterministic): the drafter's best-first tree of ``capacity`` nodes is nested
+      (its first n nodes are its tree for capacity n), so E[X | T_dyn(n)] = running sums of
+      p_target(v) in node order (Pankratov & Alistarh 2026, §2 tree value); ≤ E[X | T*(n)] always.
+    * chain (sampled, rejection-verified): one chain of ``capacity`` tokens is sampled from the draft;
+      its first n tokens are a chain of length n, and given the drafted tokens the expected accepted
+      length is Σ_{k≤n} Π_{i≤k} min(1, target_i(x_i)/draft_i(x_i)) (the acceptance coins integrated
+      out: an unbiased, lower-variance estimate of E[X] for γ = n; Leviathan et al. 2023).
+    """
+    from ..decoding.drafters import DynamicTreeDrafter, SampledTreeDrafter
+
+    out = {}
+    dyn = DynamicTreeDrafter(draft, config, capacity, width=width)
+    t0 = time.perf_counter()
+    tree = dyn.draft(context, capacity, generator)
+    dyn._reader.restore()
+    dyn._reader = None
+    t_draft = time.perf_counter() - t0
+    laws = _target_tree_laws(target, context, tree.tokens, tree.parents, config)
+    probs = []
+    for i, (tok, parent) in enumerate(zip(tree.tokens, tree.parents)):
+        probs.append((1.0 if parent < 0 else probs[parent]) * float(laws[0 if parent < 0 else parent + 1][tok]))
+    out["dynamic"] = {"running": np.cumsum(probs).tolist(), "draft_seconds": t_draft,
+                      "draft_calls": tree.draft_calls}
+    chain = SampledTreeDrafter(draft, config, capacity, branching=(1,))
+    t0 = time.perf_counter()
+    drafted = chain.draft(context, capacity, generator)
+    chain._reader.restore()
+    chain._reader = None
+    t_draft = time.perf_counter() - t0
+    laws = _target_tree_laws(target, context, drafted.tokens, drafted.parents, config)
+    q = drafted.draft_probs.to(torch.float64).numpy()
+    ratio = [min(1.0, float(laws[i][tok]) / float(q[i][tok])) if q[i][tok] > 0 else 0.0
+             for i, tok in enumerate(drafted.tokens)]          # node i's law is row i (root: 0)
+    out["chain"] = {"running": np.cumsum(np.cumprod(ratio)).tolist(), "draft_seconds": t_draft,
+                    "draft_calls": drafted.draft_calls}
+    return out
+
+
+def drafter_values(target, draft, samples: list[dict], positions: list[tuple[int, int]], cfg: AnalyzeConfig,
+                   progress=None) -> dict:
+    """(d, exact) E[X | drafted tree] of the dynamic and chain drafters at the oracle's positions, for
+    every P in ``cfg.capacities`` (see :func:`drafter_values_at`), paired with the oracle's values."""
+    caps = np.asarray(cfg.capacities)
+    pmax = int(caps.max())
+    config = SamplingConfig(float(cfg.temperature))
+    stage = _Stage(progress, f"drafter trees at positions (P ≤ {pmax})", len(positions))
+    t_ctx, d_ctx = _Context(target), _Context(draft)
+    rows = {"dynamic": [], "chain": []}
+    draft_seconds = {"dynamic": [], "chain": []}
+    for k, (i, j) in enumerate(positions):
+        s = samples[i]
+        context = list(s["prompt"]) + list(s["tokens"][:j])
+        t_ctx.set(context)
+        d_ctx.set(context)
+        vals = drafter_values_at(target, draft, context, pmax, config, make_generator(cfg.seed + 31 * k))
+        for kind, v in vals.items():
+            run = np.asarray(v["running"], dtype=np.float64)
+            rows[kind].append([run[min(c, run.size) - 1] if run.size else 0.0 for c in caps])
+            draft_seconds[kind].append(v["draft_seconds"])
+        stage.advance()
+    target.reset()
+    draft.reset()
+    out = {"capacities": caps.tolist(), "n_positions": len(positions),
+           "note": "per-position exact E[X | drafted tree] (chain: acceptance coins integrated out), "
+                   "same positions as the oracle; draft seconds are for the largest P"}
+    for kind, arr in rows.items():
+        a = np.asarray(arr) if arr else np.zeros((0, caps.size))
+        out[kind] = {"mean": a.mean(axis=0).tolist() if len(arr) else [],
+                     "se": (a.std(axis=0, ddof=1) / math.sqrt(len(arr))).tolist() if len(arr) > 1 else [],
+                     "per_position": a.tolist(),
+                     "draft_seconds_pmax": float(np.mean(draft_seconds[kind])) if arr else float("nan")}
+    return out
+
+
 def oracle_sd(model, prompt_ids: list[list[int]], cfg: AnalyzeConfig, progress=None) -> dict:
     """(b, empirical) tree SD with the oracle drafter: mean accepted X per round vs mean E[X|T] of the
     drafted trees (the difference is a martingale-difference mean: 0 up to noise)."""
@@ -573,12 +668,17 @@ def speedups(result: dict) -> dict:
         if oracle:
             row["const_oracle"] = float(oracle["mean"][i]) + 1.0
             row["wall_oracle_free_drafting"] = row["const_oracle"] * t1 / tP
+        exact = result.get("drafter_exact")
         for kind, d in result.get("drafters", {}).items():
             r = d["by_capacity"].get(str(P))
             if r is None:
                 continue
             row[f"const_{kind}"] = r["tau"]
             row[f"wall_{kind}"] = r["tau"] * t1 / (r["draft_seconds_per_round"] + tP)
+            if exact and kind in exact and exact[kind]["mean"]:
+                tau_exact = float(exact[kind]["mean"][i]) + 1.0
+                row[f"const_{kind}_exact"] = tau_exact
+                row[f"wall_{kind}_exact"] = tau_exact * t1 / (r["draft_seconds_per_round"] + tP)
         sd = result.get("oracle_sd", {}).get("by_capacity", {}).get(str(P))
         if sd is not None:
             row["const_oracle_sd"] = sd["tau"]
@@ -632,6 +732,15 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
             log(f"[{set_name}] oracle E[X*]: " + ", ".join(
                 f"P={c}: {m:.3f}" for c, m in zip(cfg.capacities, result["oracle"]["mean"]))
                 + f"  ({result['oracle']['reads_total']} target reads, {timings['oracle_exact']:.0f}s)")
+            if draft is not None:
+                t0 = time.perf_counter()
+                positions = [(d["sample"], d["position"]) for d in result["oracle"]["positions"]]
+                result["drafter_exact"] = drafter_values(target, draft, mom["samples"], positions, cfg, pb)
+                timings["drafter_exact"] = time.perf_counter() - t0
+                log(f"[{set_name}] exact E[X|T] at the oracle positions: " + "; ".join(
+                    f"{kind}: " + ", ".join(f"P={c}: {m:.2f}" for c, m in zip(cfg.capacities,
+                                                                             result["drafter_exact"][kind]["mean"]))
+                    for kind in ("dynamic", "chain")) + f"  ({timings['drafter_exact']:.0f}s)")
         if cfg.oracle_sd_prompts > 0 and cfg.oracle_sd_tokens > 0 and cfg.sd_capacities:
             t0 = time.perf_counter()
             result["oracle_sd"] = oracle_sd(target, prompt_ids, cfg, pb)
@@ -724,6 +833,9 @@ def per_p_table(result: dict) -> str:
     header = ["P", "oracle E[X*] (exact)", "oracle SD: mean X / mean E[X|T] (rounds)"]
     header += [f"bound: {f}" for f in BOUND_FORMS]
     header += [f"{k}: E[X] (τ)" for k in drafters]
+    exact = result.get("drafter_exact") or {}
+    exact_kinds = [k for k in ("dynamic", "chain") if k in exact and exact[k]["mean"]]
+    header += [f"{k}: exact E[X|T] at oracle positions" for k in exact_kinds]
     rows = []
     for i, P in enumerate(caps):
         row = [str(P), f"{_f(oracle['mean'][i])} ± {_f(oracle['se'][i])}" if oracle else "–"]
@@ -733,6 +845,9 @@ def per_p_table(result: dict) -> str:
         for k, d in drafters.items():
             r = d["by_capacity"].get(str(P))
             row.append(f"{_f(r['mean_accepted'], 2)} ({_f(r['tau'], 2)})" if r else "–")
+        for k in exact_kinds:
+            se = exact[k]["se"][i] if exact[k]["se"] else None
+            row.append(f"{_f(exact[k]['mean'][i])} ± {_f(se)}")
         rows.append(row)
     return _table(header, rows)
 
@@ -740,14 +855,19 @@ def per_p_table(result: dict) -> str:
 def speedup_table(result: dict) -> str:
     rows_in = result["speedups"]["rows"]
     kinds = list(result.get("drafters", {}))
-    header = ["P", "t(P+1)/t(1)", "const: renewal+1", "const: oracle E[X*]+1"] + [f"const: {k} τ" for k in kinds]
-    header += ["wall: renewal (free draft)", "wall: oracle (free draft)"] + [f"wall: {k}" for k in kinds]
+    ex = [k for k in kinds if f"const_{k}_exact" in rows_in[0]]
+    header = ["P", "t(P+1)/t(1)", "const: renewal+1", "const: oracle E[X*]+1"] + [f"const: {k} τ (run)" for k in kinds]
+    header += [f"const: {k} exact+1" for k in ex]
+    header += ["wall: renewal (free draft)", "wall: oracle (free draft)"] + [f"wall: {k} (run τ)" for k in kinds]
+    header += [f"wall: {k} (exact)" for k in ex]
     rows = []
     for r in rows_in:
         row = [str(r["P"]), _f(r["t_P_plus_1"] / r["t_1"], 2), _f(r["const_renewal"], 2), _f(r.get("const_oracle"), 2)]
         row += [_f(r.get(f"const_{k}"), 2) for k in kinds]
+        row += [_f(r.get(f"const_{k}_exact"), 2) for k in ex]
         row += [_f(r["wall_renewal_free_drafting"], 2), _f(r.get("wall_oracle_free_drafting"), 2)]
         row += [_f(r.get(f"wall_{k}"), 2) for k in kinds]
+        row += [_f(r.get(f"wall_{k}_exact"), 2) for k in ex]
         rows.append(row)
     return _table(header, rows)
 
@@ -784,7 +904,10 @@ def set_report_markdown(result: dict, images: dict[str, str], title: str | None 
         f"- (b) oracle tree SD: P ∈ {sd.get('capacities', [])}, {sd.get('prompts', 0)} prompt(s) × "
         f"{sd.get('tokens_per_prompt', 0)} tokens",
         f"- (d) drafters {list(result.get('drafters', {}))}: P ∈ {cfg['capacities']}, {cfg['drafter_prompts']} "
-        f"prompt(s) × {cfg['drafter_tokens']} tokens per P",
+        f"prompt(s) × {cfg['drafter_tokens']} tokens per P (measured τ; few rounds at large P, see the cost table)",
+        f"- (d, exact) drafter trees at the oracle's {result.get('drafter_exact', {}).get('n_positions', 0)} "
+        "positions: one dynamic tree and one sampled chain of P_max nodes per position (nested in P), scored by "
+        "one target pass each; E[X|T] exact (chain: acceptance coins integrated out)",
         f"- (e) t(k): median of {cfg['cost_repeats']} target passes per k after the first prompt",
         "- timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result["timings"].items()),
         "",
@@ -940,6 +1063,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default=None, help="output directory (default runs/analyze-<set>)")
     parser.add_argument("--quick", action="store_true", help="small numbers (smoke test)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's choice; 1 is far faster on a shared CPU)")
 
 
 def config_from_args(args) -> AnalyzeConfig:
@@ -964,6 +1089,8 @@ def run(args) -> int:
     from ..models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, load_model
 
     cfg = config_from_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     progress = not args.no_progress
     out = Path(args.out or f"runs/analyze-{args.prompts}")
     from ..data.prompts import load_prompts

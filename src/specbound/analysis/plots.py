@@ -237,11 +237,19 @@ def _pk_expected_axes(ax, result: dict, title: str | None = None) -> None:
         err = 2 * np.nan_to_num(_pk_none([sd[str(p)]["diff_se"] for p in ps]))
         ax.errorbar(ps, y, yerr=err, fmt="o", color="black", mfc="white", ms=7, capsize=3,
                     label="oracle tree SD: mean accepted X (±2 SE)")
+    exact = result.get("drafter_exact") or {}
     for kind, d in result.get("drafters", {}).items():
         style, color, label = _PK_DRAFTER_STYLE.get(kind, ("s-", "#8c564b", kind))
         ps = sorted(int(p) for p in d["by_capacity"])
-        ax.plot(ps, [d["by_capacity"][str(p)]["mean_accepted"] for p in ps], style, color=color, ms=5,
-                label=f"{label}: mean accepted")
+        if kind in exact and exact[kind]["mean"]:
+            se = exact[kind]["se"] or [0.0] * len(caps)
+            ax.errorbar(caps, _pk_none(exact[kind]["mean"]), yerr=2 * np.nan_to_num(_pk_none(se)), fmt=style,
+                        color=color, ms=5, capsize=2, label=f"{label}: exact E[X|T] at oracle positions (±2 SE)")
+            ax.plot(ps, [d["by_capacity"][str(p)]["mean_accepted"] for p in ps], style[0], color=color, ms=6,
+                    mfc="none", alpha=0.7, label=f"{label}: mean accepted in SD runs (few rounds)")
+        else:
+            ax.plot(ps, [d["by_capacity"][str(p)]["mean_accepted"] for p in ps], style, color=color, ms=5,
+                    label=f"{label}: mean accepted")
     ax.set_ylim(0, ymax)
     _pk_log2_x(ax, [int(c) for c in caps])
     ax.set_ylabel("E[X] = accepted draft tokens per target call")
@@ -278,7 +286,13 @@ def _pk_speedup_axes(ax_const, ax_wall, result: dict, legend: bool = True) -> No
             ax_const.plot(caps, sd, "o", color="black", mfc="white", ms=7, label="oracle tree SD: measured τ")
         for k in kinds:
             style, color, label = _PK_DRAFTER_STYLE.get(k, ("s-", "#8c564b", k))
-            ax_const.plot(caps, col(f"const_{k}"), style, color=color, ms=5, label=f"{label}: τ")
+            if f"const_{k}_exact" in rows[0]:
+                ax_const.plot(caps, col(f"const_{k}_exact"), style, color=color, ms=5,
+                              label=f"{label}: exact E[X|T] + 1")
+                ax_const.plot(caps, col(f"const_{k}"), style[0], color=color, ms=6, mfc="none", alpha=0.7,
+                              label=f"{label}: τ in SD runs")
+            else:
+                ax_const.plot(caps, col(f"const_{k}"), style, color=color, ms=5, label=f"{label}: τ")
         _pk_log2_x(ax_const, caps)
         ax_const.set_ylim(bottom=0)
         ax_const.set_ylabel("speed-up, constant-time model (= τ)")
@@ -293,8 +307,9 @@ def _pk_speedup_axes(ax_const, ax_wall, result: dict, legend: bool = True) -> No
                          label="oracle: (E[X*] + 1)·t(1)/t(P+1), free drafting")
         for k in kinds:
             style, color, label = _PK_DRAFTER_STYLE.get(k, ("s-", "#8c564b", k))
-            ax_wall.plot(caps, col(f"wall_{k}"), style, color=color, ms=5,
-                         label=f"{label}: τ·t(1)/(draft + t(P+1))")
+            key = f"wall_{k}_exact" if f"wall_{k}_exact" in rows[0] else f"wall_{k}"
+            ax_wall.plot(caps, col(key), style, color=color, ms=5,
+                         label=f"{label}: τ·t(1)/(draft + t(P+1))" + (" (exact τ)" if key.endswith("exact") else ""))
         ax_wall.axhline(1.0, color="gray", lw=1, ls=":", label="plain decoding")
         _pk_log2_x(ax_wall, caps)
         ax_wall.set_ylim(bottom=0)

@@ -79,9 +79,11 @@ class Settings:
     table_eps: tuple[float, ...] = TABLE_EPS
     forms: str = "auto"                         # auto | additive | ratio | both
     calibration_prompts: int = 3
-    llm_budget: float | None = 22 * 60.0        # seconds for the whole Table 1 (load + calibrate + generate + score)
+    llm_budget: float | None = 24 * 60.0        # seconds for the whole Table 1 (load + calibrate + generate + score)
     llm_load_budget: float | None = None        # seconds; skip the LLM table if loading takes longer
-    threads: int | None = None                  # torch threads for the real models (None: torch's default)
+    threads: int | None = 1                     # torch threads for the real models: 1 because the CPU is shared
+                                                # (with another busy process, 2 OpenMP threads ran the 1.5B
+                                                # target 3-7x slower than 1 thread on this 2-core machine)
     notes: list = field(default_factory=list)
 
     @classmethod
@@ -134,10 +136,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--engine-runs", type=int, default=None, help="decoding-engine runs per Fig. 2 setting")
     parser.add_argument("--prompt-set", default=None, help="prompt set for Table 1 (default mtbench)")
     parser.add_argument("--llm-minutes", type=float, default=None,
-                        help="time budget of Table 1 in minutes (default 22; quick: what is left of 110 s). "
+                        help="time budget of Table 1 in minutes (default 24; quick: what is left of 105 s). "
                              "Whole (prompt, sample) units are dropped when it would be exceeded")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for the real models "
-                                                                  "(default: torch's default)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the real models (default 1: "
+                                                                  "the CPU is shared; use 2 on an idle machine)")
 
 
 # =============================================================================================== helpers
@@ -196,6 +198,14 @@ def _checkpoints(samples: np.ndarray, points: int = 60) -> dict:
     idx = np.unique(np.geomspace(1, n, points).astype(int))
     running = np.cumsum(samples, dtype=np.float64) / np.arange(1, n + 1)
     return {"runs": idx, "running_mean": running[idx - 1]}
+
+
+def _note(message: str) -> None:
+    """A timestamped line on stderr when it is not a terminal (nohup logs: rich bars draw only at the end)."""
+    import sys
+
+    if not sys.stderr.isatty():
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def _progress(console=None, enabled: bool = True):
@@ -448,6 +458,40 @@ def run_fig4(s: Settings, progress=None) -> dict:
 
 
 # =============================================================================================== Table 1
+def _tracked_rule(method: str, eps: float, form: str):
+    """Decoding-OPT / -UNO rule that also adds up, over the verified positions, the exact rejection
+    probability 1 − Σ draft·b of each position given its prefix (and its Bernoulli variance).
+
+    It hooks :meth:`RelaxedAcceptance.step_bias`, which the relaxed engine calls once per round with the
+    processed laws of exactly the verified positions (see ``RelaxedChainSpeculator.verify``), so the
+    sum uses the laws the engine itself verified with. Decisions are unchanged. Because whether a
+    position is verified depends only on the past, Σ(1[rejected] − P(reject | prefix)) is a martingale:
+    E[rejections] = E[Σ P(reject | prefix)] exactly (Yin et al. 2024, Thm 5's rejection 1 − Σ draft·b).
+    """
+    from ..decoding.verify import DecodingOPT, DecodingUNO
+
+    base = {"opt": DecodingOPT, "uno": DecodingUNO}[method]
+
+    class Tracked(base):
+        def __init__(self, eps, form):
+            super().__init__(eps, form)
+            self.exact_rejection, self.exact_variance = 0.0, 0.0
+
+        def step_bias(self, target_probs, draft_probs):
+            # float64: 1 − Σ over ~150k float32 products would carry rounding errors of ~1e-4 per position
+            t64, d64 = target_probs.double(), draft_probs.double()
+            d64 = d64 / d64.sum(-1, keepdim=True)
+            t64 = t64 / t64.sum(-1, keepdim=True)
+            accept = self.acceptance(t64, d64)
+            p_reject = (1.0 - (d64 * accept).sum(-1)).clamp(0.0, 1.0)
+            self.exact_rejection += float(p_reject.sum())
+            self.exact_variance += float((p_reject * (1.0 - p_reject)).sum())
+            return super().step_bias(target_probs, draft_probs)
+
+    Tracked.__name__ = Tracked.__qualname__ = f"Tracked{base.__name__}"
+    return Tracked(float(eps), form)
+
+
 def _llm_status() -> tuple[bool, str]:
     """(available, note) for the default real pair; never raises."""
     try:
@@ -571,6 +615,16 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
         return {"status": "skipped", "note": note}
     import torch
 
+    threads = torch.get_num_threads()
+    try:
+        return _run_table1(s, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_table1(s: Settings, progress=None) -> dict:
+    import torch
+
     from ..data.prompts import format_prompt, load_prompts
     from ..decoding import speculative_decode
     from ..errors import ModelNotAvailable
@@ -585,6 +639,7 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
     except (ModelNotAvailable, ImportError, OSError) as exc:
         return {"status": "skipped", "note": f"real models could not be loaded ({type(exc).__name__}: {exc})"}
     load_seconds = time.perf_counter() - t0
+    _note(f"Table 1: models loaded in {load_seconds:.0f} s (torch threads {torch.get_num_threads()})")
     if s.llm_load_budget is not None and load_seconds > s.llm_load_budget:
         return {"status": "skipped", "note": f"model loading took {load_seconds:.0f} s, over the quick-mode "
                                              f"budget of {s.llm_load_budget:.0f} s"}
@@ -604,6 +659,7 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
     calib_t0 = time.perf_counter()
     calibration = _calibrate(target, draft, prompts_ids[:max(1, s.calibration_prompts)], s, calib_forms, progress)
     calib_seconds = time.perf_counter() - calib_t0
+    _note(f"Table 1: calibration done in {calib_seconds:.0f} s")
     saturates = calibration.get("additive_saturates", False)
     if s.forms == "both":
         forms = ["additive", "ratio"]
@@ -625,13 +681,13 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
     generations = []
     task = progress.add_task("Table 1 generation (OPT/UNO pairs)", total=len(units) * per_unit) if progress else None
     gen_t0 = time.perf_counter()
-    # rough cost guess before the first unit: a calibration sample per generation, scoring ≈ ⅓ of that
+    # rough cost guess before the first unit: one calibration sample (generation + 2 forwards) per generation
     unit_guess = per_unit * calib_seconds / max(1, min(len(prompts_ids), s.calibration_prompts))
-    done_units, budget_note = [], None
+    done_units, budget_note, score_seconds = [], None, 0.0
     for i, j in units:
         elapsed = time.perf_counter() - t0
         unit_est = (time.perf_counter() - gen_t0) / len(done_units) if done_units else unit_guess
-        if elapsed + 1.35 * unit_est > budget:
+        if elapsed + 1.1 * unit_est > budget:
             budget_note = (f"time budget {budget:.0f} s reached after {elapsed:.0f} s: {len(done_units)} of "
                            f"{len(units)} (prompt, sample) units generated")
             break
@@ -640,10 +696,13 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
         for form in forms:
             for eps in s.table_eps:
                 for method in ("opt", "uno"):
+                    rule = _tracked_rule(method, eps, form)
                     res = speculative_decode(target, draft, [ids], s.tokens, gamma=s.gamma, temperature=1.0,
-                                             seed=seed, relaxation=(method, eps, form))
+                                             seed=seed, relaxation=rule)
                     m = res.metrics
                     generations.append({
+                        "exact_rejection_sum": rule.exact_rejection, "exact_rejection_var": rule.exact_variance,
+                        "accepted_per_step": list(m.accepted_per_step), "drafted_per_step": list(m.drafted_per_step),
                         "form": form, "eps": eps, "method": method, "prompt": prompt.id, "prompt_index": i,
                         "sample": j, "seed": seed, "tokens": res.tokens, "new_tokens": m.new_tokens,
                         "rejections": m.rejections, "verified": m.bias_positions,
@@ -652,28 +711,25 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
                     })
                     if progress is not None:
                         progress.advance(task)
+        # 3) proxy judge right away (one prompt prefill per unit): target mean log-likelihood per token of
+        #    each stop-truncated response
+        score_t0 = time.perf_counter()
+        mine = [g for g in generations if g["prompt_index"] == i and g["sample"] == j]
+        scores = _score_responses(target, ids, [_truncate(g["tokens"], stops) for g in mine])
+        for g, sc in zip(mine, scores):
+            g["judged_tokens"] = len(_truncate(g["tokens"], stops))
+            g["score"] = sc
+        score_seconds += time.perf_counter() - score_t0
         done_units.append((i, j))
+        _note(f"Table 1: unit {len(done_units)}/{len(units)} (prompt {prompt.id}, sample {j}) done, "
+              f"{time.perf_counter() - t0:.0f} s since loading started")
     if not done_units:
         return {"status": "skipped", "note": f"not even one (prompt, sample) unit fits the Table 1 time budget of "
                                              f"{budget:.0f} s (load {load_seconds:.0f} s, calibration "
                                              f"{calib_seconds:.0f} s)", "calibration": calibration,
                 "form_note": form_note}
     prompts_used = sorted({i for i, _ in done_units})
-    gen_seconds = time.perf_counter() - gen_t0
-
-    # 3) proxy judge: target mean log-likelihood of each (stop-truncated) response
-    task = progress.add_task("Table 1 scoring (target log-likelihood)", total=len(prompts_used)) if progress else None
-    score_t0 = time.perf_counter()
-    for i in prompts_used:
-        ids = prompts_ids[i]
-        mine = [g for g in generations if g["prompt_index"] == i]
-        scores = _score_responses(target, ids, [_truncate(g["tokens"], stops) for g in mine])
-        for g, sc in zip(mine, scores):
-            g["judged_tokens"] = len(_truncate(g["tokens"], stops))
-            g["score"] = sc
-        if progress is not None:
-            progress.advance(task)
-    score_seconds = time.perf_counter() - score_t0
+    gen_seconds = time.perf_counter() - gen_t0 - score_seconds
     for g in generations:
         g["text"] = tokenizer.decode(g["tokens"], skip_special_tokens=False)
 
@@ -715,7 +771,14 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
                 rate, rate_se = _ratio_se([g["rejections"] for g in group], [g["verified"] for g in group])
                 bias_tok = [g["expected_bias"] / max(g["new_tokens"], 1) for g in group]
                 bias_pos = [g["expected_bias"] / max(g["verified"], 1) for g in group]
+                n_rej = float(np.sum([g["rejections"] for g in group]))
+                exact = float(np.sum([g["exact_rejection_sum"] for g in group]))
+                var = float(np.sum([g["exact_rejection_var"] for g in group]))
+                verified = float(np.sum([g["verified"] for g in group]))
                 row[name] = {"rejection_rate": rate, "rejection_rate_se": rate_se,
+                             "exact_rejection_rate_visited": exact / verified if verified else float("nan"),
+                             "rejections": n_rej, "expected_rejections_visited": exact,
+                             "z_vs_exact": (n_rej - exact) / math.sqrt(var) if var > 0 else float("nan"),
                              "acceptance_rate": 1 - rate,
                              "bias_per_token_mean_se": _mean_se(bias_tok),
                              "bias_per_verified_position_mean_se": _mean_se(bias_pos),
@@ -866,16 +929,20 @@ def _summary_markdown(results: dict) -> str:
                  "not available, so only the direction can be compared.\n")
         L.append(f"**Form choice.** {t1['form_note']}.\n")
         cal = t1["calibration"]
-        L.append(f"Exact per-position rejection probability 1 − Σ draft·b (mean over {cal['positions']} positions of "
-                 f"{cal['prompts']} lossless SD sample(s)); ε = 0 is standard SD (= mean TV):\n")
+        L.append(f"**Calibration (used to choose the form).** Exact per-position rejection probability 1 − Σ draft·b and "
+                 f"one-step OPT / UNO bias, averaged over the {cal['positions']} positions of {cal['prompts']} lossless "
+                 "SD sample(s) of the first prompt(s) (target-law prefixes; acceptance = 1 − rejection); ε = 0 is "
+                 "standard SD (= mean TV(draft, target)). The relaxed samples below visit other prefixes, so their "
+                 "rates are compared with the exact value at their own prefixes instead:\n")
         L.append("| ε | additive: rejection | additive: OPT / UNO bias | ratio: rejection | ratio: OPT / UNO bias |")
         L.append("|---|---|---|---|---|")
         for ra, rr in zip(cal["forms"]["additive"], cal["forms"]["ratio"]):
             L.append(f"| {ra['eps']:g} | {ra['rejection']:.4f} | {ra['opt_bias']:.4f} / {ra['uno_bias']:.4f} | "
                      f"{rr['rejection']:.4f} | {rr['opt_bias']:.4f} / {rr['uno_bias']:.4f} |")
         L.append("")
-        L.append("| form | ε | pairs | rejection OPT | rejection UNO | paired diff | theory rej | bias/token OPT | "
-                 "bias/token UNO | W/L/T | win rate OPT (95% Wilson) | decisive win rate | Δ loglik OPT−UNO |")
+        L.append("| form | ε | pairs | rejection OPT | rejection UNO | paired diff OPT−UNO | exact at visited prefixes "
+                 "OPT / UNO (z) | bias/token OPT | bias/token UNO | W/L/T | win rate OPT (95% Wilson) | "
+                 "decisive win rate | Δ loglik OPT−UNO |")
         L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in t1["rows"]:
             o, u = r["opt"], r["uno"]
@@ -885,12 +952,17 @@ def _summary_markdown(results: dict) -> str:
                    if r["wins"] + r["losses"] else "–")
             L.append(f"| {r['form']} | {r['eps']:g} | {r['pairs']} | {_pm(o['rejection_rate'], o['rejection_rate_se'], 3)} | "
                      f"{_pm(u['rejection_rate'], u['rejection_rate_se'], 3)} | "
-                     f"{_pm(*r['rejection_rate_diff_mean_se'], 3)} | {r['theory']['rejection']:.3f} | "
+                     f"{_pm(*r['rejection_rate_diff_mean_se'], 3)} | "
+                     f"{_fmt(o['exact_rejection_rate_visited'], 3)} / {_fmt(u['exact_rejection_rate_visited'], 3)} "
+                     f"({_fmt(o['z_vs_exact'], 1)}, {_fmt(u['z_vs_exact'], 1)}) | "
                      f"{_pm(*o['bias_per_token_mean_se'], 4)} | {_pm(*u['bias_per_token_mean_se'], 4)} | "
                      f"{r['wins']}/{r['losses']}/{r['ties']} | {r['win_rate']:.2f} [{lo:.2f}, {hi:.2f}] | {dec} | "
                      f"{_pm(*r['loglik_diff_mean_se'], 3)} |")
         L.append("")
-        L.append("Rejection rate = rejected / verified drafted positions (pooled, SE by generation); bias/token = "
+        L.append("Rejection rate = rejected / verified drafted positions (pooled, SE by generation). *Exact at visited "
+                 "prefixes* = Σ over the verified positions of the exact rejection probability 1 − Σ draft·b given "
+                 "the prefix, computed inside the engine from the laws it verified with (a martingale compensator, "
+                 "so measured and exact agree in expectation); z = (rejections − exact) / √Σ P(1−P). bias/token = "
                  "`metrics.expected_bias` / new tokens (sum of exact one-step TV biases at verified positions); win "
                  "rate counts ties (identical responses or equal scores) as ½; the decisive win rate drops ties. "
                  f"Seconds: load {t1['seconds']['load']:.0f}, generation {t1['seconds']['generation']:.0f}, "
@@ -957,6 +1029,7 @@ def run(args) -> int:
         t = time.perf_counter()
         f2, raw2 = run_fig2(s, progress)
         runtime["fig2"] = time.perf_counter() - t
+        _note(f"Fig. 2 done in {runtime['fig2']:.0f} s")
         t = time.perf_counter()
         f3 = run_fig3(s)
         runtime["fig3"] = time.perf_counter() - t
