@@ -231,3 +231,12 @@ def test_decoding_stops_right_after_a_stop_token():
     out = speculative_decode(tm, dm, [0], 60, gamma=4, temperature=0.0, stop_token_ids=[stop])
     assert out.tokens == full[:first + 1]
     assert out.metrics.new_tokens == first + 1
+
+
+def test_relaxed_decoding_honours_stop_tokens():
+    target, draft = _pair(8, states=5, noise=0.5)
+    tm, dm = ChainModel(target), ChainModel(draft)
+    full = speculative_decode(tm, dm, [0], 40, gamma=3, seed=1, relaxation=("opt", 0.1)).tokens
+    stop = full[5]
+    out = speculative_decode(tm, dm, [0], 40, gamma=3, seed=1, relaxation=("opt", 0.1), stop_token_ids=[stop])
+    assert out.tokens == full[:full.index(stop) + 1] and not out.lossless

@@ -937,8 +937,8 @@ def _summary_markdown(results: dict) -> str:
         L.append("| ε | additive: rejection | additive: OPT / UNO bias | ratio: rejection | ratio: OPT / UNO bias |")
         L.append("|---|---|---|---|---|")
         for ra, rr in zip(cal["forms"]["additive"], cal["forms"]["ratio"]):
-            L.append(f"| {ra['eps']:g} | {ra['rejection']:.4f} | {ra['opt_bias']:.4f} / {ra['uno_bias']:.4f} | "
-                     f"{rr['rejection']:.4f} | {rr['opt_bias']:.4f} / {rr['uno_bias']:.4f} |")
+            L.append(f"| {ra['eps']:g} | {_fmt(ra['rejection'])} | {_fmt(ra['opt_bias'])} / {_fmt(ra['uno_bias'])} | "
+                     f"{_fmt(rr['rejection'])} | {_fmt(rr['opt_bias'])} / {_fmt(rr['uno_bias'])} |")
         L.append("")
         L.append("| form | ε | pairs | rejection OPT | rejection UNO | paired diff OPT−UNO | exact at visited prefixes "
                  "OPT / UNO (z) | bias/token OPT | bias/token UNO | W/L/T | win rate OPT (95% Wilson) | "

@@ -320,9 +320,9 @@ class RelaxedChainSpeculator(ChainSpeculator):
             self._bias_positions += verified
         return verdict
 
-    def run(self, prompt: list[int], max_new_tokens: int, callback=None) -> DecodeResult:
+    def run(self, prompt: list[int], max_new_tokens: int, callback=None, stop_token_ids=()) -> DecodeResult:
         self._bias, self._bias_positions = 0.0, 0
-        result = super().run(prompt, max_new_tokens, callback=callback)
+        result = super().run(prompt, max_new_tokens, callback=callback, stop_token_ids=stop_token_ids)
         result.metrics.expected_bias = self._bias
         result.metrics.bias_positions = self._bias_positions
         describe = getattr(self.rule, "describe", None)
