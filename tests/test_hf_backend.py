@@ -1,6 +1,5 @@
 """Hugging Face backend on tiny random transformers built from a config (no downloads):
 greedy identity with `generate`, χ² losslessness with top-k, cache rollback, tree masks."""
-import itertools
 
 import numpy as np
 import pytest

@@ -12,7 +12,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..decoding.policy import measure_forward_costs
