@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..decoding.drafters import DETERMINISTIC, DraftedTree, OracleTreeDrafter, TreeReader
+from ..decoding.drafters import OracleTreeDrafter, TreeReader, drafted_from_optimal_tree
 from ..decoding.engine import make_generator, speculative_decode
 from ..decoding.sampling import SamplingConfig, logits_to_probs, sample_from
 from ..decoding.tree import TreeSpeculator
@@ -441,16 +441,7 @@ class BatchedOracleTreeDrafter(OracleTreeDrafter):
             tree = optimal_tree(laws, self.capacity)
         finally:
             laws.restore()
-        index: dict[tuple[int, ...], int] = {}
-        tokens, parents, probs = [], [], []
-        for path, prob in zip(tree.nodes, tree.path_probs):
-            if len(path) > max_depth:
-                continue
-            index[path] = len(tokens)
-            tokens.append(path[-1])
-            parents.append(index[path[:-1]] if len(path) > 1 else -1)
-            probs.append(prob)
-        return DraftedTree(tokens, parents, DETERMINISTIC, value=math.fsum(probs), draft_calls=laws.reader.calls)
+        return drafted_from_optimal_tree(tree, max_depth, laws.reader.calls)
 
 
 def _target_tree_laws(target, context: list[int], tokens: list[int], parents: list[int],

@@ -436,16 +436,22 @@ class OracleTreeDrafter(TreeDrafter):
             tree = optimal_tree(next_probs, self.capacity)
         finally:
             reader.restore()
-        index: dict[tuple[int, ...], int] = {}
-        tokens, parents, probs = [], [], []
-        for path, prob in zip(tree.nodes, tree.path_probs):
-            if len(path) > max_depth:
-                continue
-            index[path] = len(tokens)
-            tokens.append(path[-1])
-            parents.append(index[path[:-1]] if len(path) > 1 else -1)
-            probs.append(prob)
-        return DraftedTree(tokens, parents, DETERMINISTIC, value=math.fsum(probs), draft_calls=reader.calls)
+        return drafted_from_optimal_tree(tree, max_depth, reader.calls)
+
+
+def drafted_from_optimal_tree(tree, max_depth: int, draft_calls: int) -> DraftedTree:
+    """Turn a :class:`~specbound.theory.DraftTree` (paths) into a deterministic :class:`DraftedTree`
+    (tokens + parent indices), dropping nodes deeper than ``max_depth``; ``value`` = E[X | T] of what is kept."""
+    index: dict[tuple[int, ...], int] = {}
+    tokens, parents, probs = [], [], []
+    for path, prob in zip(tree.nodes, tree.path_probs):
+        if len(path) > max_depth:
+            continue
+        index[path] = len(tokens)
+        tokens.append(path[-1])
+        parents.append(index[path[:-1]] if len(path) > 1 else -1)
+        probs.append(prob)
+    return DraftedTree(tokens, parents, DETERMINISTIC, value=math.fsum(probs), draft_calls=draft_calls)
 
 
 TREE_DRAFTERS = ("dynamic", "sampled", "chain", "oracle")
