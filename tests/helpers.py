@@ -69,3 +69,29 @@ def perturbed_copy(model, noise: float, seed: int):
         for p in draft.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * noise * p.std().clamp_min(1e-3))
     return draft.eval()
+
+
+class DelegatingModel:
+    """Base for test wrappers around a LanguageModel: every call goes to ``inner`` unless overridden."""
+
+    def __init__(self, inner, name: str):
+        self.inner, self.vocab_size, self.name = inner, inner.vocab_size, name
+
+    def reset(self):
+        self.inner.reset()
+
+    @property
+    def cache_length(self):
+        return self.inner.cache_length
+
+    def crop(self, length):
+        self.inner.crop(length)
+
+    def forward(self, tokens):
+        return self.inner.forward(tokens)
+
+    def forward_tree(self, tokens, parents):
+        return self.inner.forward_tree(tokens, parents)
+
+    def keep_path(self, base_length, path):
+        self.inner.keep_path(base_length, path)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import chi_square_pvalue, encode, processed_chain
+from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import (
     ChainSpeculator, SamplingConfig, autoregressive_decode, logits_to_probs, speculative_decode,
 )
@@ -167,19 +167,10 @@ def test_greedy_speculative_equals_target_greedy(gamma):
 
 
 # ------------------------------------------------------------------ bad input
-class BrokenModel(LanguageModel):
+class BrokenModel(DelegatingModel, LanguageModel):
     def __init__(self, inner, value):
-        self.inner, self.value, self.vocab_size, self.name = inner, value, inner.vocab_size, "broken"
-
-    def reset(self):
-        self.inner.reset()
-
-    @property
-    def cache_length(self):
-        return self.inner.cache_length
-
-    def crop(self, length):
-        self.inner.crop(length)
+        super().__init__(inner, "broken")
+        self.value = value
 
     def forward(self, tokens):
         logits = self.inner.forward(tokens).clone()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import chi_square_pvalue, encode, processed_chain
+from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import (
     DynamicTreeDrafter, OracleTreeDrafter, SampledTreeDrafter, SamplingConfig, TreeSpeculator,
     autoregressive_decode, chain_tree_drafter, residual_distribution, speculative_decode,
@@ -263,20 +263,10 @@ def test_oracle_mean_accepted_length_matches_exact_optimal_tree_value(capacity):
 
 
 # ------------------------------------------------------------------ one target call per round, caches
-class CountingModel(LanguageModel):
+class CountingModel(DelegatingModel, LanguageModel):
     def __init__(self, inner):
-        self.inner, self.vocab_size, self.name = inner, inner.vocab_size, "counting"
+        super().__init__(inner, "counting")
         self.forwards = self.tree_forwards = 0
-
-    def reset(self):
-        self.inner.reset()
-
-    @property
-    def cache_length(self):
-        return self.inner.cache_length
-
-    def crop(self, length):
-        self.inner.crop(length)
 
     def forward(self, tokens):
         self.forwards += 1
@@ -285,9 +275,6 @@ class CountingModel(LanguageModel):
     def forward_tree(self, tokens, parents):
         self.tree_forwards += 1
         return self.inner.forward_tree(tokens, parents)
-
-    def keep_path(self, base_length, path):
-        self.inner.keep_path(base_length, path)
 
 
 @pytest.mark.parametrize("drafter", ["dynamic", "sampled", "chain"])
