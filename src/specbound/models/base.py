@@ -1,39 +1,175 @@
-"""The one small protocol every backend implements.
+"""The one small protocol every backend implements, and the cache bookkeeping they share.
 
-A :class:`LanguageModel` keeps a cache of the tokens it has already read (identical across the
-rows of a batch) and, for each new token, returns the logits of the *next* token. The engines
-never look inside the cache: they only ask for its length and crop it after a rejection, so a
-stale entry for a rejected token can never survive (DESIGN.md, known traps).
+A :class:`LanguageModel` keeps a cache of the tokens it has read and, for each new token, returns
+the logits of the *next* token. The cache is a tree laid out flat: a *committed chain* (slots
+``0 .. chain_length-1``, the prompt and accepted tokens, each the parent of the next) followed by
+*tree slots* whose parents are explicit. Every slot has a position (its parent's position + 1) and
+attends to itself and its ancestors only. Three calls change the cache:
+
+* ``forward(tokens)`` reads a chain after the last slot;
+* ``forward_tree(tokens, parents)`` reads nodes that may hang under ANY cached slot at or after the
+  last committed one, or under an earlier node of the same call (``parents`` are absolute slot
+  indices) — so a drafter can grow a tree level by level, one call per depth, without re-reading;
+* ``keep_path(base, path)`` keeps slots ``0..base-1`` plus the slots ``path`` (a chain hanging below
+  slot ``base-1``) and makes that the committed chain; ``crop(length)`` keeps the first ``length`` slots.
+
+The engines never look inside a cache: a rejected token can never stay in one (DESIGN.md, known
+traps). :class:`CacheTree` holds the parent/position bookkeeping so each backend only maps it to its
+own mechanism (a 4-D attention mask for Hugging Face, sequence ids for llama.cpp, positions for
+exact Markov chains).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import torch
 
 from ..errors import SpecboundError
 
-__all__ = ["LanguageModel", "as_token_batch", "tree_depths"]
+__all__ = ["CacheTree", "LanguageModel", "ModelInfo", "as_token_batch"]
 
 
-def tree_depths(parents) -> list[int]:
-    """Depth (1 = child of the cached prefix) of each node of a tree given by parent indices."""
-    depths: list[int] = []
-    for i, parent in enumerate(parents):
-        parent = int(parent)
-        if not -1 <= parent < i:
-            raise SpecboundError(f"tree node {i} has parent {parent}: parents must precede children")
-        depths.append(1 if parent < 0 else depths[parent] + 1)
-    return depths
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a report or a cost cache needs to know about a loaded model (no stray attributes).
+
+    ``identity`` names the weights by content (e.g. a sha256); costs are cached only for models
+    that have one, so in-memory and temporary models never write to the user's cost cache.
+    """
+
+    backend: str = "custom"            # "chain", "hf", "llamacpp", ...
+    kernels: str = "default"           # e.g. "onednn-prepacked", "int8-dynamic", "eager", "gguf"
+    identity: str | None = None
+    load_seconds: float = 0.0
+    max_positions: int | None = None   # context length; longer inputs are refused
+
+
+class CacheTree:
+    """Parent and position bookkeeping of a cache: a committed chain, then tree slots.
+
+    Slots ``0 .. chain-1`` form the committed chain (slot i at position i). Each later slot has a
+    parent slot and sits at its parent's position + 1. All methods validate their arguments and
+    raise :class:`SpecboundError` naming the model.
+    """
+
+    def __init__(self, name: str = "model"):
+        self.name = name
+        self.reset()
+
+    def reset(self) -> None:
+        self.chain = 0
+        self.parents: list[int] = []      # parent slot of each tree slot (index = slot - chain)
+        self.positions: list[int] = []    # position of each tree slot
+
+    @property
+    def length(self) -> int:
+        return self.chain + len(self.parents)
+
+    @property
+    def is_chain(self) -> bool:
+        return not self.parents
+
+    def position(self, slot: int) -> int:
+        return slot if slot < self.chain else self.positions[slot - self.chain]
+
+    def chain_parents(self, k: int) -> list[int]:
+        """Parents of k tokens read as a chain after the last slot."""
+        last = self.length - 1
+        return list(range(last, last + k))
+
+    def check_parents(self, parents) -> list[int]:
+        """Validate absolute parent slots for nodes appended at ``length, length+1, ...``."""
+        parents = [int(p) for p in parents]
+        base = self.length
+        for i, p in enumerate(parents):
+            if not (max(self.chain - 1, -1) <= p < base + i) or (p < 0 and base + i > 0):
+                raise SpecboundError(
+                    f"{self.name}: tree node {i} has parent slot {p}; a parent must be the last committed slot "
+                    f"({self.chain - 1}), a tree slot already cached, or an earlier node of the call "
+                    f"(slots {self.chain - 1}..{base + i - 1})"
+                )
+        return parents
+
+    def append(self, parents: list[int], extend_chain: bool = False) -> list[int]:
+        """Append nodes with (validated) absolute ``parents``; return their positions.
+
+        With ``extend_chain`` (a plain ``forward`` on a cache without tree slots) the nodes join the
+        committed chain; tree forwards always add tree slots until :meth:`keep_path`.
+        """
+        parents = self.check_parents(parents)
+        new_positions = []
+        for p in parents:
+            pos = 0 if p < 0 else self.position(p) + 1
+            if extend_chain and self.is_chain and p == self.length - 1:
+                self.chain += 1
+            else:
+                self.parents.append(p)
+                self.positions.append(pos)
+            new_positions.append(pos)
+        return new_positions
+
+    def ancestors_mask(self, parents: list[int]) -> torch.Tensor:
+        """Visibility [n, length + n] (bool) of n nodes about to be appended with ``parents``:
+        each sees the committed chain, its cached tree ancestors and its ancestors in the call."""
+        n, base = len(parents), self.length
+        visible = torch.zeros(n, base + n, dtype=torch.bool)
+        visible[:, :self.chain] = True
+        for i, p in enumerate(parents):
+            slot = base + i
+            visible[i, slot] = True
+            if p >= base:
+                visible[i] |= visible[p - base]
+            else:
+                a = p
+                while a >= self.chain:
+                    visible[i, a] = True
+                    a = self.parents[a - self.chain]
+        return visible
+
+    def crop(self, length: int) -> int:
+        length = int(length)
+        if not 0 <= length <= self.length:
+            raise SpecboundError(f"cannot crop {self.name}'s cache of {self.length} slots to {length}")
+        if length <= self.chain:
+            self.chain, self.parents, self.positions = length, [], []
+        else:
+            keep = length - self.chain
+            self.parents, self.positions = self.parents[:keep], self.positions[:keep]
+        return length
+
+    def keep_path(self, base: int, path) -> list[int]:
+        """Validate ``path`` (absolute slots, a chain below slot ``base - 1``); make ``0..base-1`` +
+        ``path`` the committed chain. Returns the kept slot indices in order (for gathering)."""
+        base, path = int(base), [int(s) for s in path]
+        if not 0 <= base <= self.chain:
+            raise SpecboundError(
+                f"{self.name}: keep_path base {base} must lie within the committed chain (0..{self.chain})"
+            )
+        previous = base - 1
+        for s in path:
+            parent = s - 1 if s < self.chain else (self.parents[s - self.chain] if s < self.length else None)
+            if parent is None or s <= previous or parent != previous:
+                raise SpecboundError(
+                    f"{self.name}: keep_path {path} is not a chain of cached slots hanging below slot {base - 1}"
+                )
+            previous = s
+        kept = list(range(base)) + path
+        self.chain, self.parents, self.positions = len(kept), [], []
+        return kept
 
 
 class LanguageModel(ABC):
-    """Backend protocol: vocabulary size, cached forward, crop."""
+    """Backend protocol: vocabulary size, cached forwards over chains and trees, crop, keep_path."""
 
     #: Size of the output distribution (number of logits per position).
     vocab_size: int
     #: Human-readable name used in reports.
     name: str = "model"
+    #: Backend, kernels, content identity, load time, context length.
+    info: ModelInfo = ModelInfo()
+    #: Optional tokenizer for text I/O (Hugging Face style: encode/decode).
+    tokenizer = None
 
     @abstractmethod
     def reset(self) -> None:
@@ -42,36 +178,40 @@ class LanguageModel(ABC):
     @property
     @abstractmethod
     def cache_length(self) -> int:
-        """Number of tokens already read (the next token read sits at this position)."""
+        """Number of cached slots (the next slot index)."""
+
+    @property
+    def committed_length(self) -> int:
+        """Length of the committed chain at the start of the cache (== cache_length without a tree)."""
+        return self.cache_length
 
     @abstractmethod
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Read ``tokens`` [batch, k] after the cache; return next-token logits [batch, k, vocab]."""
+        """Read ``tokens`` [1, k] as a chain after the last slot; return next-token logits [1, k, vocab]."""
 
     @abstractmethod
     def crop(self, length: int) -> None:
-        """Keep only the first ``length`` cached tokens (rollback after a rejection)."""
+        """Keep only the first ``length`` slots (rollback after a rejection)."""
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
-        """Read a tree of n tokens after the cache in ONE pass; return next-token logits [batch, n, vocab].
+        """Read n tree nodes in ONE pass; return next-token logits [1, n, vocab].
 
-        ``parents[i]`` is the index (in this call) of node i's parent, or −1 when its parent is the
-        last cached token; parents come before children. Node i sees the cache and its ancestors
-        only and sits at position cache_length + depth(i). Afterwards the cache holds all n nodes in
-        order until :meth:`keep_path` (or :meth:`crop`) is called. Batched drafts (Yin et al.
-        Alg. 4) and draft trees (Pankratov & Alistarh) both use this one mechanism.
+        ``parents[i]`` is the absolute slot of node i's parent: the last committed slot, a tree slot
+        already cached, or an earlier node of this call (which lands in slot ``cache_length + j``).
+        Node i sees its ancestors only and sits at its parent's position + 1. Afterwards the cache
+        holds the n nodes in call order until :meth:`keep_path` or :meth:`crop`. Batched drafts
+        (Yin et al. Alg. 4) and draft trees (Pankratov & Alistarh) both use this one mechanism.
         """
         raise NotImplementedError(f"{self.name} does not support tree forwards")
 
-    def keep_path(self, base_length: int, path: list[int]) -> None:
-        """After :meth:`forward_tree` from ``base_length``, keep only the nodes ``path`` (a root-to-node
-        chain of tree indices, in order): the cache becomes the committed prefix + that path."""
+    def keep_path(self, base_length: int, path) -> None:
+        """Keep slots ``0..base_length-1`` plus ``path`` (absolute slots forming a chain below slot
+        ``base_length - 1``): the cache becomes that committed chain."""
         raise NotImplementedError(f"{self.name} does not support tree forwards")
 
-    def _check_crop(self, length: int) -> int:
-        if not 0 <= length <= self.cache_length:
-            raise SpecboundError(f"cannot crop {self.name}'s cache of {self.cache_length} tokens to {length}")
-        return int(length)
+    @property
+    def supports_trees(self) -> bool:
+        return type(self).forward_tree is not LanguageModel.forward_tree
 
 
 def as_token_batch(tokens, vocab_size: int | None = None, name: str = "prompt") -> torch.Tensor:
@@ -81,7 +221,7 @@ def as_token_batch(tokens, vocab_size: int | None = None, name: str = "prompt") 
     else:
         try:
             t = torch.as_tensor(tokens, dtype=torch.long)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RuntimeError) as exc:
             raise SpecboundError(f"{name} must be a sequence of integer token ids ({exc})") from None
     if t.ndim == 1:
         t = t.unsqueeze(0)
@@ -92,3 +232,14 @@ def as_token_batch(tokens, vocab_size: int | None = None, name: str = "prompt") 
     if vocab_size is not None and (int(t.min()) < 0 or int(t.max()) >= vocab_size):
         raise SpecboundError(f"{name} has token ids outside [0, {vocab_size})")
     return t
+
+
+def tree_depths(parents) -> list[int]:
+    """(Legacy call-relative parents, −1 = child of the last cached token) depth of each node."""
+    depths: list[int] = []
+    for i, parent in enumerate(parents):
+        parent = int(parent)
+        if not -1 <= parent < i:
+            raise SpecboundError(f"tree node {i} has parent {parent}: parents must precede children")
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    return depths
