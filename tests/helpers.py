@@ -6,6 +6,7 @@ import torch
 from scipy import stats
 
 from specbound.decoding.sampling import SamplingConfig, logits_to_probs
+from specbound.models import LanguageModel
 from specbound.theory import MarkovChain
 
 
@@ -71,11 +72,12 @@ def perturbed_copy(model, noise: float, seed: int):
     return draft.eval()
 
 
-class DelegatingModel:
+class DelegatingModel(LanguageModel):
     """Base for test wrappers around a LanguageModel: every call goes to ``inner`` unless overridden."""
 
     def __init__(self, inner, name: str):
         self.inner, self.vocab_size, self.name = inner, inner.vocab_size, name
+        self.info = inner.info
 
     def reset(self):
         self.inner.reset()
@@ -84,11 +86,15 @@ class DelegatingModel:
     def cache_length(self):
         return self.inner.cache_length
 
+    @property
+    def committed_length(self):
+        return self.inner.committed_length
+
     def crop(self, length):
         self.inner.crop(length)
 
-    def forward(self, tokens):
-        return self.inner.forward(tokens)
+    def forward(self, tokens, keep_logits=None):
+        return self.inner.forward(tokens, keep_logits)
 
     def forward_tree(self, tokens, parents):
         return self.inner.forward_tree(tokens, parents)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import chi_square_pvalue, encode, processed_chain
-from specbound.decoding import SamplingConfig, autoregressive_decode, speculative_decode
-from specbound.decoding.batch import BatchSpeculator
+from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
+from specbound.decoding import BatchDrafter, SamplingConfig, Speculator, autoregressive_decode, speculative_decode
+from specbound.decoding import verify as verify_module
 from specbound.decoding.engine import make_generator
 from specbound.decoding.verify import (
     CandidatesVerdict, DecodingOPT, DecodingUNO, acceptance_probability, over_acceptance_probability,
@@ -50,7 +50,7 @@ def test_recursive_rejection_sampling_is_lossless_and_matches_thm3_all_reject():
     target = torch.from_numpy(np.repeat(target_np, rows, 0))
     gen = make_generator(1)
     candidates = torch.multinomial(draft, m, replacement=True, generator=gen)      # i.i.d. draft samples
-    verdict = recursive_rejection_sampling(candidates, draft, target, gen)
+    verdict = recursive_rejection_sampling(candidates, target=target, draft=draft, generator=gen)
     recovered = torch.multinomial(verdict.residual, 1, generator=gen).squeeze(-1)
     picked = candidates.gather(1, verdict.accepted.clamp(min=0).unsqueeze(1)).squeeze(1)
     emitted = torch.where(verdict.accepted >= 0, picked, recovered).numpy()
@@ -63,22 +63,23 @@ def test_recursive_rejection_sampling_is_lossless_and_matches_thm3_all_reject():
     np.testing.assert_allclose(verdict.residual[all_reject].numpy(), np.broadcast_to(residuals[m], (all_reject.sum(), 6)),
                                atol=1e-12)
     # one candidate = the standard acceptance test and residual of Alg. 1
-    one = recursive_rejection_sampling(candidates[:5, :1], draft[:5], target[:5], make_generator(2))
+    one = recursive_rejection_sampling(candidates[:5, :1], target=target[:5], draft=draft[:5],
+                                       generator=make_generator(2))
     assert isinstance(one, CandidatesVerdict)
     torch.testing.assert_close(one.residual[one.accepted < 0],
-                               residual_distribution(target[:5], draft[:5])[one.accepted < 0])
+                               residual_distribution(target=target[:5], draft=draft[:5])[one.accepted < 0])
 
 
 def test_recursive_rejection_respects_the_alive_mask():
     draft = torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64)
     target = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)   # every drafted token is rejected
     candidates = torch.tensor([[0, 1, 0]])
-    out = recursive_rejection_sampling(candidates, draft, target, make_generator(0),
+    out = recursive_rejection_sampling(candidates, target=target, draft=draft, generator=make_generator(0),
                                        alive=torch.tensor([[False, False, False]]))
     assert int(out.accepted[0]) == -1
     torch.testing.assert_close(out.residual, target)                 # nothing tested: residual untouched
     target = torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64)    # target = draft: first tested wins
-    out = recursive_rejection_sampling(candidates, draft, target, make_generator(0),
+    out = recursive_rejection_sampling(candidates, target=target, draft=draft, generator=make_generator(0),
                                        alive=torch.tensor([[False, True, True]]))
     assert int(out.accepted[0]) == 1
 
@@ -91,20 +92,22 @@ def test_over_acceptance_and_bias_match_theory(form):
     dt, tt = torch.from_numpy(draft), torch.from_numpy(target)
     for eps in (0.0, 0.01, 0.05, 0.2, 0.8):
         accept = over_acceptance(draft, target, eps, form)
-        torch.testing.assert_close(over_acceptance_probability(tt, dt, eps, form), torch.from_numpy(accept),
-                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(over_acceptance_probability(target=tt, draft=dt, eps=eps, form=form),
+                                   torch.from_numpy(accept), rtol=0, atol=1e-12)
         opt, uno = DecodingOPT(eps, form), DecodingUNO(eps, form)
-        torch.testing.assert_close(opt.acceptance(tt, dt), uno.acceptance(tt, dt))     # same b → same speed
-        b = opt.acceptance(tt, dt)
-        torch.testing.assert_close(opt.resample_law(tt, dt, b), torch.from_numpy(optimal_residual(draft, target, accept)),
-                                   rtol=0, atol=1e-12)
-        np.testing.assert_allclose(opt.step_bias(tt, dt).numpy(), minimal_bias(draft, target, accept), atol=1e-12)
-        np.testing.assert_allclose(uno.step_bias(tt, dt).numpy(), uno_bias(draft, target, accept), atol=1e-12)
+        b = opt.acceptance(target=tt, draft=dt)
+        torch.testing.assert_close(b, uno.acceptance(target=tt, draft=dt))     # same b → same speed
+        torch.testing.assert_close(opt.resample_law(target=tt, draft=dt, accept=b),
+                                   torch.from_numpy(optimal_residual(draft, target, accept)), rtol=0, atol=1e-12)
+        opt_bias, uno_bias_t = opt.step_bias(target=tt, draft=dt), uno.step_bias(target=tt, draft=dt)
+        np.testing.assert_allclose(opt_bias.numpy(), minimal_bias(draft, target, accept), atol=1e-12)
+        np.testing.assert_allclose(uno_bias_t.numpy(), uno_bias(draft, target, accept), atol=1e-12)
         rejection, bias = tradeoff_point(draft, target, accept)
         np.testing.assert_allclose(rejection + bias, tv(draft, target), atol=1e-12)           # Thm 5 line
-        assert np.all(uno.step_bias(tt, dt).numpy() >= opt.step_bias(tt, dt).numpy() - 1e-12)
+        assert np.all(uno_bias_t.numpy() >= opt_bias.numpy() - 1e-12)
         law = output_law(draft, accept, optimal_residual(draft, target, accept))
-        np.testing.assert_allclose(step_output_bias(tt, dt, b, opt.resample_law(tt, dt, b)).numpy(),
+        resample = opt.resample_law(target=tt, draft=dt, accept=b)
+        np.testing.assert_allclose(step_output_bias(target=tt, draft=dt, accept=b, resample=resample).numpy(),
                                    tv(law, target), atol=1e-12)
 
 
@@ -116,13 +119,13 @@ SETTINGS = [
 RUNS = 3000
 
 
-def _law_and_samples(setting, design, drafts=3, speculator=BatchSpeculator, runs=RUNS, seed=31):
+def _law_and_samples(setting, design, drafts=3, runs=RUNS, seed=31):
     target, draft = _pair(seed, states=4, noise=0.7)
     tm, dm = ChainModel(target), ChainModel(draft)
     config = SamplingConfig(setting["temperature"], setting.get("top_k"), setting.get("top_p"))
     law = processed_chain(target, config).sequence_law(0, 3)
-    samples = np.array([speculator(tm, dm, config, setting["gamma"], make_generator(i), drafts, design)
-                        .run([0], 3).tokens for i in range(runs)])
+    samples = np.array([Speculator(tm, BatchDrafter(dm, config, drafts, setting["gamma"], design),
+                                   generator=make_generator(i)).run([0], 3).tokens for i in range(runs)])
     return law, samples
 
 
@@ -133,24 +136,23 @@ def test_batch_output_law_of_first_three_tokens_is_target_law(setting, design):
     assert chi_square_pvalue(encode(samples, 4), law) > P_MIN
 
 
-class NoResidualUpdateSpeculator(BatchSpeculator):
+def no_residual_update(candidates, *, target, draft, generator=None, alive=None):
     """Planted bug: every candidate is tested against the target itself (the residual is NOT updated
     after a rejected candidate), and the all-reject token comes from the one-step residual."""
-
-    def select(self, candidates, draft_probs, target_probs, alive=None):
-        accepted = torch.full((candidates.shape[0],), -1, dtype=torch.long)
-        for j in range(candidates.shape[1]):
-            testing = accepted < 0 if alive is None else (accepted < 0) & alive[:, j]
-            ratio = acceptance_probability(target_probs, draft_probs, candidates[:, j])
-            ok = testing & (torch.rand(ratio.shape, generator=self.generator, dtype=ratio.dtype) < ratio)
-            accepted = torch.where(ok, torch.full_like(accepted, j), accepted)
-        return CandidatesVerdict(accepted, residual_distribution(target_probs, draft_probs))
+    accepted = torch.full((candidates.shape[0],), -1, dtype=torch.long)
+    for j in range(candidates.shape[1]):
+        testing = accepted < 0 if alive is None else (accepted < 0) & alive[:, j]
+        ratio = acceptance_probability(target=target, draft=draft, tokens=candidates[:, j])
+        ok = testing & (torch.rand(ratio.shape, generator=generator, dtype=ratio.dtype) < ratio)
+        accepted = torch.where(ok, torch.full_like(accepted, j), accepted)
+    return CandidatesVerdict(accepted, residual_distribution(target=target, draft=draft), torch.zeros(len(accepted)))
 
 
 @pytest.mark.parametrize("design", ["A", "B"])
-def test_chi_square_catches_the_no_residual_update_mutant(design):
+def test_chi_square_catches_the_no_residual_update_mutant(design, monkeypatch):
     # same instance, runs and test as the lossless check above (top-k setting: more round starts)
-    law, samples = _law_and_samples(SETTINGS[1], design, speculator=NoResidualUpdateSpeculator)
+    monkeypatch.setattr(verify_module, "recursive_rejection_sampling", no_residual_update)
+    law, samples = _law_and_samples(SETTINGS[1], design)
     assert chi_square_pvalue(encode(samples, 4), law) < P_MIN
 
 
@@ -176,7 +178,7 @@ def test_drafts_one_is_the_chain_engine():
         chain = speculative_decode(tm, dm, [1], 12, gamma=gamma, seed=3)
         one = speculative_decode(tm, dm, [1], 12, gamma=gamma, seed=3, drafts=1, design="A")
         assert one.tokens == chain.tokens and one.metrics.rejections == chain.metrics.rejections
-        assert one.method == chain.method == "speculative"
+        assert one.method == chain.method and chain.method.startswith("chain")
 
 
 # ------------------------------------------------------------------ Thm 3 by Monte Carlo (horizon mode)
@@ -187,13 +189,13 @@ MC_RUNS = 2000
 
 @pytest.mark.parametrize("drafts, design", [(1, "B"), (2, "A"), (2, "B"), (4, "A"), (4, "B")])
 def test_thm3_exact_matches_batch_engine_monte_carlo(drafts, design):
-    # BatchSpeculator directly, so drafts=1 runs the batch code path too (speculative_decode would
-    # hand it to the chain engine); for M = 1 the exact value is Thm 1's.
+    # BatchDrafter directly, so drafts=1 runs the batch code path too (speculative_decode would
+    # hand it to the chain drafter); for M = 1 the exact value is Thm 1's.
     tm, dm = ChainModel(MC_TARGET), ChainModel(MC_DRAFT)
     initial = MC_TARGET.sample(0, size=MC_RUNS, seed=drafts)[:, 0]            # x_0 ~ initial law
     rejections = np.array([
-        BatchSpeculator(tm, dm, SamplingConfig(), None, make_generator(10_000 * drafts + i), drafts, design)
-        .run([int(initial[i])], HORIZON).metrics.rejections
+        Speculator(tm, BatchDrafter(dm, SamplingConfig(), drafts, None, design),
+                   generator=make_generator(10_000 * drafts + i)).run([int(initial[i])], HORIZON).metrics.rejections
         for i in range(MC_RUNS)
     ])
     exact = batch_expected_rejections(MC_DRAFT, MC_TARGET, HORIZON, drafts, design)
@@ -205,31 +207,27 @@ def test_thm3_exact_matches_batch_engine_monte_carlo(drafts, design):
 
 
 # ------------------------------------------------------------------ honest calls and cache contents
-class RecordingModel(LanguageModel):
-    """Wraps a ChainModel, keeps the token ids in its cache and counts calls; every crop / keep_path
-    snapshot of the cache is recorded (it must then hold committed tokens only)."""
+class RecordingModel(DelegatingModel):
+    """Wraps a ChainModel, keeps the token ids of its cache slots and counts calls; every crop /
+    keep_path snapshot of the committed chain is recorded (it must hold committed tokens only)."""
 
     def __init__(self, inner):
-        self.inner, self.vocab_size, self.name = inner, inner.vocab_size, inner.name
+        super().__init__(inner, inner.name)
         self.cache, self.snapshots, self.calls = [], [], 0
 
     def reset(self):
         self.inner.reset()
         self.cache = []
 
-    @property
-    def cache_length(self):
-        return self.inner.cache_length
-
     def crop(self, length):
         self.inner.crop(length)
         self.cache = self.cache[:length]
-        self.snapshots.append(list(self.cache))
+        self.snapshots.append(self.cache[:self.inner.committed_length])
 
-    def forward(self, tokens):
+    def forward(self, tokens, keep_logits=None):
         self.calls += 1
         self.cache += torch.as_tensor(tokens)[0].tolist()
-        return self.inner.forward(tokens)
+        return self.inner.forward(tokens, keep_logits)
 
     def forward_tree(self, tokens, parents):
         self.calls += 1
@@ -238,7 +236,7 @@ class RecordingModel(LanguageModel):
 
     def keep_path(self, base_length, path):
         self.inner.keep_path(base_length, path)
-        self.cache = self.cache[:base_length] + [self.cache[base_length + i] for i in path]
+        self.cache = self.cache[:base_length] + [self.cache[s] for s in path]
         self.snapshots.append(list(self.cache))
 
 
@@ -253,11 +251,11 @@ def test_one_target_call_per_round_and_caches_hold_committed_tokens_only(design,
         assert len(res.tokens) == 12 and m.new_tokens == 12
         # calls after the prompt's prefill (one forward of the prompt but its last token)
         assert tm.calls - 1 == m.target_calls == len(m.accepted_per_step)    # ONE target call per round
-        assert dm.calls - 1 == m.draft_calls == sum(m.drafted_per_step)      # one draft call per depth
+        assert dm.calls - 1 == m.draft_calls == sum(m.depth_per_step)        # one draft call per depth
         for model in (tm, dm):
             assert all(snap == full[:len(snap)] for snap in model.snapshots)
         if gamma is None:                                                     # every round but the last rejects
-            last_rejected = m.accepted_per_step[-1] < m.drafted_per_step[-1]
+            last_rejected = m.accepted_per_step[-1] < m.depth_per_step[-1]
             assert m.target_calls == m.rejections + (0 if last_rejected else 1)
             assert sum(m.accepted_per_step) + m.rejections == 12
 
@@ -318,7 +316,7 @@ def test_relaxed_sequence_metrics_and_eps_zero_is_standard_sd():
         for name in ("opt", "uno"):
             res = speculative_decode(tm, dm, [1], 15, gamma=gamma, seed=4, relaxation=(name, 0.2, "ratio"))
             m = res.metrics
-            assert not res.lossless and len(res.tokens) == 15 and res.method == f"speculative-{name}(eps=0.2, ratio)"
+            assert not res.lossless and len(res.tokens) == 15 and res.method.endswith(f"{name}(eps=0.2, ratio)")
             # verified positions: every accepted drafted token and every rejected one (bonus tokens add none)
             assert m.expected_bias > 0 and m.bias_positions == sum(m.accepted_per_step) + m.rejections
             assert m.as_dict()["expected_bias"] == m.expected_bias
@@ -342,8 +340,8 @@ def test_bad_input_errors():
         def crop(self, length):
             tm.crop(length)
 
-        def forward(self, tokens):
-            return tm.forward(tokens)
+        def forward(self, tokens, keep_logits=None):
+            return tm.forward(tokens, keep_logits)
 
     cases = [
         (dict(drafts=0), "drafts"),

@@ -83,7 +83,7 @@ class CheckedModel(LanguageModel):
         self.inner.crop(length)
         self.history = self.history[:length]
 
-    def forward(self, tokens):
+    def forward(self, tokens, keep_logits=None):
         logits = self.inner.forward(tokens)
         self.history += tokens[0].tolist()
         with torch.inference_mode():
@@ -105,7 +105,7 @@ def test_tree_forward_equals_separate_branch_forwards(pair):
     target, _ = pair
     prefix = [4, 8, 15, 16]
     tree_tokens = [23, 42, 7, 9, 11]           # two branches: 23→7→11 and 42→9
-    parents = [-1, -1, 0, 1, 2]
+    parents = [3, 3, 4, 5, 6]                  # absolute cache slots: slot 3 is the last prefix token
     target.reset()
     target.forward(torch.tensor([prefix]))
     logits = target.forward_tree(torch.tensor([tree_tokens]), parents)[0]
@@ -115,7 +115,7 @@ def test_tree_forward_equals_separate_branch_forwards(pair):
     torch.testing.assert_close(logits[[0, 2, 4]], a, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(logits[[1, 3]], b, atol=1e-4, rtol=1e-4)
     # keep branch 42→9, then continue: equals a fresh forward over prefix + [42, 9, 5]
-    target.keep_path(len(prefix), [1, 3])
+    target.keep_path(len(prefix), [5, 7])
     nxt = target.forward(torch.tensor([[5]]))[0, -1]
     with torch.inference_mode():
         ref = target.model(input_ids=torch.tensor([prefix + [42, 9, 5]])).logits[0, -1]

@@ -6,12 +6,12 @@ import torch
 
 from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import (
-    ChainSpeculator, SamplingConfig, autoregressive_decode, logits_to_probs, speculative_decode,
+    ChainDrafter, DraftTree, SamplingConfig, Speculator, autoregressive_decode, logits_to_probs, speculative_decode,
 )
 from specbound.decoding.engine import make_generator
 from specbound.decoding.verify import AcceptanceRule
 from specbound.errors import SpecboundError
-from specbound.models import ChainModel, LanguageModel
+from specbound.models import ChainModel
 from specbound.theory import MarkovChain, expected_rejections, rejection_based_expected_rejections, standard_acceptance
 
 P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome is deterministic
@@ -62,8 +62,8 @@ class ScaledAcceptance(AcceptanceRule):
     """b = min(1, target/draft)·(0.25 + 0.75·target): a member of the unbiased family (Thm 2)."""
     name = "scaled"
 
-    def acceptance(self, target_probs, draft_probs):
-        return super().acceptance(target_probs, draft_probs) * (0.25 + 0.75 * target_probs)
+    def acceptance(self, *, target, draft):
+        return super().acceptance(target=target, draft=draft) * (0.25 + 0.75 * target)
 
 
 def test_thm2_family_member_is_unbiased_and_rejects_more_than_sd():
@@ -77,7 +77,8 @@ def test_thm2_family_member_is_unbiased_and_rejects_more_than_sd():
     tm, dm = ChainModel(target), ChainModel(draft)
     rej, first = np.empty(runs), np.empty((runs, 3), dtype=np.int64)
     for i in range(runs):
-        eng = ChainSpeculator(tm, dm, SamplingConfig(), None, make_generator(i), rule=ScaledAcceptance())
+        eng = Speculator(tm, ChainDrafter(dm, SamplingConfig(), None), rule=ScaledAcceptance(),
+                         generator=make_generator(i))
         res = eng.run([0], horizon)
         rej[i], first[i] = res.metrics.rejections, res.tokens[:3]
     se = rej.std(ddof=1) / np.sqrt(runs)
@@ -95,7 +96,7 @@ SETTINGS = [
 ]
 
 
-def _law_and_samples(speculator_cls, setting, runs=5000, seed=31):
+def _law_and_samples(drafter_cls, setting, runs=5000, seed=31):
     target, draft = _pair(seed, states=4, noise=0.7, concentration=1.0)
     tm, dm = ChainModel(target), ChainModel(draft)
     gamma = setting.get("gamma")
@@ -103,37 +104,35 @@ def _law_and_samples(speculator_cls, setting, runs=5000, seed=31):
     law = processed_chain(target, config).sequence_law(0, 3)
 
     def decode(i):
-        return speculator_cls(tm, dm, config, gamma, make_generator(i)).run([0], 3).tokens
+        return Speculator(tm, drafter_cls(dm, config, gamma), generator=make_generator(i)).run([0], 3).tokens
     return law, _first_tokens(decode, runs)
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_output_law_of_first_three_tokens_is_target_law(setting):
-    law, samples = _law_and_samples(ChainSpeculator, setting)
+    law, samples = _law_and_samples(ChainDrafter, setting)
     assert chi_square_pvalue(encode(samples, 4), law) > P_MIN
 
 
-class RawDraftProbsSpeculator(ChainSpeculator):
-    """Planted bug (a known trap): samples from the processed draft law but accepts with
-    min(1, target/draft) computed on the raw softmax of the draft's logits."""
+class RawDraftProbsDrafter(ChainDrafter):
+    """Planted bug (a known trap): samples from the processed draft law but records the raw softmax
+    of the draft's logits as the law for the acceptance ratio min(1, target/draft)."""
 
-    def draft(self, committed, k):
-        model = self.draft_model
+    def propose(self, committed, max_depth, generator):
+        k = self.draft_length(max_depth)
+        logits = self.cache.start(committed)
         tokens, raw = [], []
-        todo = committed[model.cache_length:]
-        logits = model.forward(torch.tensor([todo]))[:, -1]
         for i in range(k):
-            token = int(torch.multinomial(logits_to_probs(logits, self.config), 1, generator=self.generator))
-            tokens.append(token)
+            tokens.append(int(torch.multinomial(logits_to_probs(logits, self.sampling), 1, generator=generator)))
             raw.append(torch.softmax(logits, dim=-1))
             if i < k - 1:
-                logits = model.forward(torch.tensor([[token]]))[:, -1]
-        return tokens, torch.stack(raw, dim=1)
+                logits = self.cache.read([i], [tokens[-1]], [i - 1])[0]
+        return DraftTree.chain(tokens, torch.stack(raw))
 
 
 @pytest.mark.parametrize("setting", [SETTINGS[0], SETTINGS[3]], ids=["T=0.7", "top_k=2"])
 def test_chi_square_catches_the_raw_draft_probs_mutant(setting):
-    law, samples = _law_and_samples(RawDraftProbsSpeculator, setting)
+    law, samples = _law_and_samples(RawDraftProbsDrafter, setting)
     assert chi_square_pvalue(encode(samples, 4), law) < P_MIN
 
 
@@ -167,13 +166,13 @@ def test_greedy_speculative_equals_target_greedy(gamma):
 
 
 # ------------------------------------------------------------------ bad input
-class BrokenModel(DelegatingModel, LanguageModel):
+class BrokenModel(DelegatingModel):
     def __init__(self, inner, value):
         super().__init__(inner, "broken")
         self.value = value
 
-    def forward(self, tokens):
-        logits = self.inner.forward(tokens).clone()
+    def forward(self, tokens, keep_logits=None):
+        logits = self.inner.forward(tokens, keep_logits).clone()
         logits[..., 1] = self.value
         return logits
 
@@ -209,8 +208,11 @@ def test_bad_input_errors(models):
 
 def test_chain_model_refuses_positions_beyond_horizon():
     target = ChainModel(MarkovChain.random(3, horizon=4, seed=0))
-    with pytest.raises(SpecboundError, match="horizon"):
+    with pytest.raises(SpecboundError, match="context of 4 positions"):      # checked before any read
         autoregressive_decode(target, [0], 5)
+    assert len(autoregressive_decode(target, [0], 4).tokens) == 4             # x_1..x_4 read positions 0..3
+    with pytest.raises(SpecboundError, match="horizon"):
+        target.forward(torch.tensor([[0, 1, 2, 0, 1]]))
 
 
 def test_decoding_stops_right_after_a_stop_token():

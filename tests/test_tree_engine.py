@@ -6,6 +6,7 @@ oracle drafter realising E[X | T*] of theory.optimal_tree, a planted-bias mutant
 χ² test, one target call per round, and bad input.
 """
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -13,17 +14,16 @@ import torch
 
 from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import (
-    DynamicTreeDrafter, OracleTreeDrafter, SampledTreeDrafter, SamplingConfig, TreeSpeculator,
-    autoregressive_decode, chain_tree_drafter, residual_distribution, speculative_decode,
-    verify_tree_deterministic, verify_tree_multidraft,
+    DraftTree, DynamicTreeDrafter, OracleTreeDrafter, SampledTreeDrafter, SamplingConfig, Speculator,
+    autoregressive_decode, speculative_decode,
 )
 from specbound.decoding.drafters import make_tree_drafter
 from specbound.decoding.engine import make_generator
-from specbound.decoding.verify import TreeVerdict, acceptance_probability
+from specbound.decoding.verify import Verdict, verify
 from specbound.errors import SpecboundError
 from specbound.models import ChainModel, LanguageModel
-from specbound.models.base import tree_depths
 from specbound.theory import MarkovChain, optimal_tree
+from test_batch_engine import no_residual_update
 
 P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome is deterministic
 RUNS = 3000           # decodes per χ² test (4 states, 3 tokens: 64 cells, ≈ 47 expected per cell)
@@ -48,12 +48,15 @@ def branch(parents, i):
 def assert_tree_forward_matches_branches(model: LanguageModel, prefix, tokens, parents, atol=1e-6, rtol=1e-5):
     """Backend-generic check of ``forward_tree``/``keep_path`` (reuse it for any LanguageModel).
 
-    (1) After reading ``prefix``, ONE ``forward_tree`` call returns, for every node, the logits a
-    plain forward of prefix + (root-to-node path) returns; the cache grows by n. (2) After
-    ``keep_path`` of a deep branch, a plain forward continues exactly as on prefix + that branch.
-    (3) ``crop`` after a tree forward restores the prefix.
+    ``parents`` are tree indices (−1 = the last prefix token). (1) After reading ``prefix``, ONE
+    ``forward_tree`` call returns, for every node, the logits a plain forward of prefix +
+    (root-to-node path) returns; the cache grows by n. (2) Growing the same tree one depth per call,
+    each call attaching nodes under cached nodes, gives the same logits. (3) After ``keep_path`` of a
+    deep branch, a plain forward continues exactly as on prefix + that branch. (4) ``crop`` after a
+    tree forward restores the prefix.
     """
     tokens, parents = list(tokens), list(parents)
+    depths = DraftTree(tokens, parents).depths.tolist()
     refs = []
     for i in range(len(tokens)):
         model.reset()
@@ -62,15 +65,28 @@ def assert_tree_forward_matches_branches(model: LanguageModel, prefix, tokens, p
     model.reset()
     model.forward(torch.tensor([list(prefix)]))
     base = model.cache_length
-    out = model.forward_tree(torch.tensor([tokens]), parents)
+
+    def slot_of(j):
+        return base - 1 if j < 0 else base + j
+
+    out = model.forward_tree(torch.tensor([tokens]), [slot_of(p) for p in parents])
     assert out.shape == (1, len(tokens), model.vocab_size)
     assert model.cache_length == base + len(tokens)
     for i, ref in enumerate(refs):
         torch.testing.assert_close(out[0, i], ref, atol=atol, rtol=rtol, msg=f"node {i}")
-    depths = tree_depths(parents)
+    # (2) level by level: the nodes of depth d in one call, under parents cached by earlier calls
+    model.crop(base)
+    slots = {-1: base - 1}
+    for d in range(1, max(depths) + 1):
+        level = [i for i in range(len(tokens)) if depths[i] == d]
+        start = model.cache_length
+        rows = model.forward_tree(torch.tensor([[tokens[i] for i in level]]), [slots[parents[i]] for i in level])[0]
+        for j, i in enumerate(level):
+            slots[i] = start + j
+            torch.testing.assert_close(rows[j], refs[i], atol=atol, rtol=rtol, msg=f"node {i} read at depth {d}")
     deepest = max(range(len(tokens)), key=lambda i: (depths[i], i))
     path = branch(parents, deepest)
-    model.keep_path(base, path)
+    model.keep_path(base, [slots[i] for i in path])
     assert model.cache_length == base + len(path)
     nxt = model.forward(torch.tensor([[tokens[0]]]))[0, -1]
     model.reset()
@@ -80,7 +96,7 @@ def assert_tree_forward_matches_branches(model: LanguageModel, prefix, tokens, p
     ref = model.forward(torch.tensor([list(prefix) + [tokens[0]]]))[0, -1]
     model.reset()
     model.forward(torch.tensor([list(prefix)]))
-    model.forward_tree(torch.tensor([tokens]), parents)
+    model.forward_tree(torch.tensor([tokens]), [slot_of(p) for p in parents])
     model.crop(base)
     torch.testing.assert_close(model.forward(torch.tensor([[tokens[0]]]))[0, -1], ref, atol=atol, rtol=rtol)
 
@@ -114,18 +130,18 @@ SETTINGS = {"T=1": SamplingConfig(1.0), "T=0.8,top_k=2": SamplingConfig(0.8, top
 DRAFTERS = {
     "dynamic": lambda tm, dm, cfg, P: DynamicTreeDrafter(dm, cfg, P, width=2),
     "sampled": lambda tm, dm, cfg, P: SampledTreeDrafter(dm, cfg, P, branching=(3, 2, 1)),
-    "chain": lambda tm, dm, cfg, P: chain_tree_drafter(dm, cfg, P),
+    "chain": lambda tm, dm, cfg, P: SampledTreeDrafter(dm, cfg, P, branching=(1,)),
     "oracle": lambda tm, dm, cfg, P: OracleTreeDrafter(tm, cfg, P),
 }
 
 
-def _law_and_samples(drafter, config, speculator_cls=TreeSpeculator, runs=RUNS, capacity=6, seed=31):
+def _law_and_samples(drafter, config, runs=RUNS, capacity=6, seed=31):
     target, draft = _pair(seed)
     tm, dm = ChainModel(target), ChainModel(draft)
     law = processed_chain(target, config).sequence_law(0, 3)
     samples = np.empty((runs, 3), dtype=np.int64)
     for i in range(runs):
-        eng = speculator_cls(tm, DRAFTERS[drafter](tm, dm, config, capacity), config, make_generator(i))
+        eng = Speculator(tm, DRAFTERS[drafter](tm, dm, config, capacity), config, generator=make_generator(i))
         samples[i] = eng.run([0], 3).tokens
     return law, samples
 
@@ -155,56 +171,32 @@ def test_verification_rules_alone_give_the_target_law():
     for i in range(runs):
         # deterministic tree: root children 0 and 2, node "0" has child 1
         tokens = [0, 2, 1]
-        v = verify_tree_deterministic(tokens, [-1, -1, 0], target[[0] + [t + 1 for t in tokens]], gen)
+        v = verify(DraftTree(tokens, [-1, -1, 0]), target[[0] + [t + 1 for t in tokens]], generator=gen)
         det[i] = _first_two(tokens, v, target, gen)
         # sampled tree: 3 i.i.d. root children from draft[0], each with 1 child from draft[its token]
         kids = torch.multinomial(draft[0], 3, replacement=True, generator=gen).tolist()
         grand = [int(torch.multinomial(draft[k + 1], 1, generator=gen)) for k in kids]
         tokens, parents = kids + grand, [-1, -1, -1, 0, 1, 2]
         laws_of = [0] + [t + 1 for t in tokens]        # row of each slot: after token t is row t+1
-        v = verify_tree_multidraft(tokens, parents, draft[laws_of], target[laws_of], gen)
+        v = verify(DraftTree(tokens, parents, draft[laws_of], sampled=True), target[laws_of], generator=gen)
         multi[i] = _first_two(tokens, v, target, gen)
     law = law.numpy()
     assert chi_square_pvalue(encode(det, 3), law) > P_MIN
     assert chi_square_pvalue(encode(multi, 3), law) > P_MIN
 
 
-def _first_two(tokens, verdict: TreeVerdict, target, gen):
+def _first_two(tokens, verdict: Verdict, target, gen):
     out = [tokens[i] for i in verdict.path] + [verdict.next_token]
     while len(out) < 2:                                # continue from the target itself
         out.append(int(torch.multinomial(target[out[-1] + 1], 1, generator=gen)))
     return out[:2]
 
 
-class NoResidualUpdateSpeculator(TreeSpeculator):
-    """Planted bug: multi-draft verification that tests every sibling against the *target* law
-    (no residual update after a rejected sibling), recovering from the one-draft residual."""
-
-    def verify(self, tree, target_probs, law_mask):
-        kids = {}
-        for i, p in enumerate(tree.parents):
-            kids.setdefault(p, []).append(i)
-        node, path = -1, []
-        while True:
-            law = target_probs[node + 1]
-            if node + 1 and not law_mask[node + 1]:
-                return TreeVerdict(path, -1, False)
-            if node not in kids:
-                return TreeVerdict(path, int(torch.multinomial(law, 1, generator=self.generator)), False)
-            draft = tree.draft_probs[node + 1].to(law.dtype)
-            for c in kids[node]:
-                ratio = acceptance_probability(law, draft, torch.tensor(tree.tokens[c]))
-                if torch.rand((), generator=self.generator, dtype=law.dtype) < ratio:
-                    path.append(c)
-                    node = c
-                    break
-            else:
-                recovered = residual_distribution(law, draft)
-                return TreeVerdict(path, int(torch.multinomial(recovered, 1, generator=self.generator)), True)
-
-
-def test_chi_square_catches_the_no_residual_update_mutant():
-    law, samples = _law_and_samples("sampled", SETTINGS["T=1"], NoResidualUpdateSpeculator)
+def test_chi_square_catches_the_no_residual_update_mutant(monkeypatch):
+    # multi-draft verification that tests every sibling against the *target* law (no residual update
+    # after a rejected sibling), recovering from the one-draft residual: planted in the shared core
+    monkeypatch.setattr(sys.modules["specbound.decoding.verify"], "recursive_rejection_sampling", no_residual_update)
+    law, samples = _law_and_samples("sampled", SETTINGS["T=1"])
     assert chi_square_pvalue(encode(samples, 4), law) < P_MIN
 
 
@@ -244,13 +236,13 @@ def test_oracle_mean_accepted_length_matches_exact_optimal_tree_value(capacity):
     exact = np.array([optimal_tree(_chain_next_probs(chain, c), capacity).value for c in range(6)])
     model = ChainModel(chain)
     config = SamplingConfig(1.0)
-    eng = TreeSpeculator(model, OracleTreeDrafter(model, config, capacity), config, make_generator(capacity))
+    eng = Speculator(model, OracleTreeDrafter(model, config, capacity), config, generator=make_generator(capacity))
     budget = 2400
     res = eng.run([0], budget)
     seq = [0] + res.tokens
     end = 1 + budget
     # rounds whose tree was not shortened by the budget (remaining > depth ≤ P)
-    rounds = [r for r in eng.rounds if end - r.committed > capacity]
+    rounds = [r for r in res.rounds if end - r.committed > capacity]
     x = np.array([r.accepted for r in rounds], dtype=np.float64)
     e = np.array([exact[seq[r.committed - 1]] for r in rounds])
     np.testing.assert_allclose([r.value for r in rounds], e, rtol=1e-9)   # the oracle's own T* value
@@ -263,14 +255,14 @@ def test_oracle_mean_accepted_length_matches_exact_optimal_tree_value(capacity):
 
 
 # ------------------------------------------------------------------ one target call per round, caches
-class CountingModel(DelegatingModel, LanguageModel):
+class CountingModel(DelegatingModel):
     def __init__(self, inner):
         super().__init__(inner, "counting")
         self.forwards = self.tree_forwards = 0
 
-    def forward(self, tokens):
+    def forward(self, tokens, keep_logits=None):
         self.forwards += 1
-        return self.inner.forward(tokens)
+        return self.inner.forward(tokens, keep_logits)
 
     def forward_tree(self, tokens, parents):
         self.tree_forwards += 1
@@ -283,11 +275,13 @@ def test_one_target_forward_tree_per_round_and_committed_cache(drafter):
     tm = CountingModel(ChainModel(target))
     dm = ChainModel(draft)
     config = SamplingConfig(1.0)
-    eng = TreeSpeculator(tm, make_tree_drafter(drafter, tm, dm, config, 7), config, make_generator(0))
+    eng = Speculator(tm, make_tree_drafter(drafter, tm, dm, config, 7), config, generator=make_generator(0))
     res = eng.run([0, 1, 2], 60)
-    assert tm.forwards == 1                                   # the prompt prefill only
-    assert tm.tree_forwards == res.metrics.target_calls == len(eng.rounds)
-    assert sum(r.accepted + (r.ended != "budget") for r in eng.rounds) >= 60
+    # the prompt prefill, then ONE target read per round (forward for chain-shaped trees, else forward_tree)
+    assert tm.forwards - 1 + tm.tree_forwards == res.metrics.target_calls == len(res.rounds)
+    if drafter != "chain":
+        assert tm.tree_forwards > 0
+    assert sum(r.accepted + (r.ended != "budget") for r in res.rounds) >= 60
     assert res.metrics.tau > 1.0 and res.metrics.mean_accepted > 0
     assert len(res.metrics.accepted_per_step) == res.metrics.target_calls
     assert max(res.metrics.drafted_per_step) <= 7
@@ -313,12 +307,15 @@ def test_bad_input_errors():
         (lambda: speculative_decode(tm, dm, [0], 4, tree=4, temperature=-1), "temperature"),
         (lambda: SampledTreeDrafter(dm, SamplingConfig(), 4, branching=(2, 0)), "branching"),
         (lambda: DynamicTreeDrafter(dm, SamplingConfig(), 4, width=0), "width"),
-        (lambda: verify_tree_deterministic([0, 1], [-1, 1], probs), "parent"),
-        (lambda: verify_tree_deterministic([0, 0], [-1, -1], probs), "distinct sibling"),
-        (lambda: verify_tree_deterministic([0, 7], [-1, 0], probs), "outside"),
-        (lambda: verify_tree_deterministic([0], [-1], probs), r"\[n\+1, V\]"),
-        (lambda: verify_tree_multidraft([0, 1], [-1, 0], torch.tensor([[0., 1, 0, 0]] * 3), probs), "draft probability 0"),
-        (lambda: verify_tree_multidraft([0, 1], [-1, 0], probs, probs, law_mask=[True, False, True]), "no target law"),
+        (lambda: verify(DraftTree([0, 1], [-1, 1]), probs), "parent"),
+        (lambda: verify(DraftTree([0, 0], [-1, -1]), probs), "distinct sibling"),
+        (lambda: verify(DraftTree([0, 7], [-1, 0]), probs), "outside"),
+        (lambda: verify(DraftTree([0], [-1]), probs), r"\[n\+1, V\]"),
+        (lambda: verify(DraftTree([0, 1], [-1, 0], torch.tensor([[0., 1, 0, 0]] * 3), sampled=True), probs),
+         "draft probability 0"),
+        (lambda: verify(DraftTree([0, 1], [-1, 0], probs, sampled=True), probs,
+                        torch.tensor([True, False, True])), "no target law"),
+        (lambda: DraftTree([0, 1], [-1, 0], sampled=True), "draft_probs"),
     ]
     for call, match in cases:
         with pytest.raises(SpecboundError, match=match):

@@ -1,9 +1,12 @@
-"""The decoding loops: draft → one target pass → verify → commit / roll back the caches.
+"""THE decoding loop: draft a tree → ONE target pass → verify → commit, keep the accepted path.
 
-Cache discipline (as in gpt-fast): each model has read a prefix of the committed tokens. A round
-first feeds the committed tokens a model has not read yet, then the drafted ones; after
-verification each cache is cropped back to the committed tokens it holds, so a rejected token
-never stays in a cache. The recovered or bonus token is read at the start of the next round.
+:class:`Speculator` is written once for every drafter (chain, batch, trees, oracle, none). Cache
+discipline (as in gpt-fast): each model's committed chain is a prefix of the committed tokens. A
+round reads the committed tokens the target has not read yet (usually the last round's recovered or
+bonus token) as the first nodes of the SAME target pass as the draft tree, so a round is exactly one
+target call; afterwards ``keep_path`` leaves only the committed tokens and the accepted path in the
+cache, so a rejected token never survives. Tree nodes at the depth where the budget ends are
+verified but not read (no law after them is needed).
 """
 from __future__ import annotations
 
@@ -13,252 +16,269 @@ import torch
 
 from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
-from .result import DecodeMetrics, DecodeResult
-from .sampling import SamplingConfig, logits_to_probs, sample_from
-from .policy import AdaptiveGamma
-from .verify import STANDARD, AcceptanceRule, verify_chain
+from .drafters import (
+    BatchDrafter, ChainDrafter, Drafter, RoundFeedback, check_design, check_drafts, check_gamma, make_tree_drafter,
+)
+from .result import DecodeMetrics, DecodeResult, RoundRecord
+from .sampling import SamplingConfig, logits_to_probs
+from .tree import DraftTree
+from .verify import STANDARD, AcceptanceRule, Verdict, parse_relaxation, verify
 
-__all__ = ["autoregressive_decode", "speculative_decode", "ChainSpeculator", "make_generator"]
+__all__ = ["DecodeInterrupted", "PlainDrafter", "Speculator", "autoregressive_decode", "make_drafter",
+           "make_generator", "speculative_decode"]
+
+
+class DecodeInterrupted(KeyboardInterrupt):
+    """Ctrl-C during decoding; ``result`` holds the tokens committed so far and their metrics."""
+
+    def __init__(self, result: DecodeResult):
+        super().__init__("decoding interrupted")
+        self.result = result
 
 
 def make_generator(seed) -> torch.Generator:
     gen = torch.Generator()
     if seed is None:
         gen.seed()
-    else:
+        return gen
+    try:
         gen.manual_seed(int(seed))
+    except (TypeError, ValueError, RuntimeError):
+        raise SpecboundError(f"seed must be an integer or None, got {seed!r}") from None
     return gen
 
 
-def _check_budget(max_new_tokens) -> int:
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+def check_budget(max_new_tokens) -> int:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise SpecboundError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     return max_new_tokens
 
 
-def _feed(model: LanguageModel, committed: list[int], extra: list[int] = ()) -> torch.Tensor:
-    """Read the committed tokens ``model`` has not read yet, then ``extra``; return their logits."""
-    todo = committed[model.cache_length:] + list(extra)
-    if not todo:
-        raise SpecboundError(f"internal: nothing to feed {model.name}")
-    return model.forward(torch.tensor([todo], dtype=torch.long))
+class PlainDrafter(Drafter):
+    """No draft: every round is one target step (autoregressive decoding, Yin et al. 2024, Alg. 3)."""
+
+    name = "plain"
+
+    def propose(self, committed, max_depth, generator):
+        return DraftTree.empty()
 
 
-def _prefill(model: LanguageModel, prompt: list[int]) -> None:
-    """Read all prompt tokens but the last (its logits are computed in the first round)."""
-    model.reset()
-    if len(prompt) > 1:
-        model.forward(torch.tensor([prompt[:-1]], dtype=torch.long))
+class Speculator:
+    """Speculative decoding of ``target`` with any :class:`~specbound.decoding.drafters.Drafter`.
 
-
-def autoregressive_decode(target: LanguageModel, prompt, max_new_tokens: int, temperature: float = 1.0,
-                          top_k: int | None = None, top_p: float | None = None, seed=None) -> DecodeResult:
-    """Plain decoding from the target, one target call per token (Yin et al. 2024, Alg. 3)."""
-    config = SamplingConfig(temperature, top_k, top_p)
-    max_new_tokens = _check_budget(max_new_tokens)
-    prompt_ids = as_token_batch(prompt, target.vocab_size)
-    if prompt_ids.shape[0] != 1:
-        raise SpecboundError("autoregressive_decode decodes one prompt at a time (batch 1)")
-    committed = prompt_ids[0].tolist()
-    gen = make_generator(seed)
-    metrics = DecodeMetrics()
-    start = time.perf_counter()
-    _prefill(target, committed)
-    metrics.prefill_time = time.perf_counter() - start
-    for _ in range(max_new_tokens):
-        t0 = time.perf_counter()
-        logits = _feed(target, committed)[:, -1]
-        metrics.target_time += time.perf_counter() - t0
-        metrics.target_calls += 1
-        committed.append(int(sample_from(logits_to_probs(logits, config, target.name), gen)[0]))
-    metrics.new_tokens = max_new_tokens
-    metrics.total_time = time.perf_counter() - start
-    return DecodeResult(committed[prompt_ids.shape[1]:], prompt_ids[0].tolist(), metrics,
-                        method="autoregressive", sampling=config.describe())
-
-
-class ChainSpeculator:
-    """Chain speculative decoding with draft length γ (or drafting to the horizon, Yin et al. Alg. 1).
-
-    Small overridable steps: :meth:`draft` proposes, :meth:`score` runs the target once,
-    :meth:`verify` calls the shared verification core.
+    ``rule`` is the acceptance rule (standard SD, or a relaxed Decoding-OPT/-UNO rule for sampled
+    chains); ``stop_tokens`` end decoding right after the first such token. :meth:`run` returns a
+    :class:`DecodeResult` with the tokens and metrics (τ, per-depth acceptance, times, bias).
     """
 
-    def __init__(self, target: LanguageModel, draft: LanguageModel, config: SamplingConfig,
-                 gamma: int | None, generator: torch.Generator, rule: AcceptanceRule = STANDARD):
-        if target.vocab_size != draft.vocab_size:
+    def __init__(self, target: LanguageModel, drafter: Drafter, sampling: SamplingConfig | None = None,
+                 rule: AcceptanceRule = STANDARD, stop_tokens=(), generator: torch.Generator | None = None):
+        if not isinstance(target, LanguageModel):
+            raise SpecboundError(f"target must be a LanguageModel, got {type(target).__name__}")
+        if not isinstance(drafter, Drafter):
+            raise SpecboundError(f"drafter must be a Drafter, got {type(drafter).__name__}")
+        draft = drafter.model
+        if draft is not None and draft is not target and draft.vocab_size != target.vocab_size:
             raise SpecboundError(
                 f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
                 f"draft {draft.name!r} has {draft.vocab_size}; speculative decoding needs one vocabulary"
             )
-        if not (gamma is None or gamma == "auto" or isinstance(gamma, AdaptiveGamma)
-                or (isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 1)):
-            raise SpecboundError(f"gamma (draft length) must be an integer >= 1, None or 'auto', got {gamma!r}")
-        self.target, self.draft_model, self.config = target, draft, config
-        self.gamma, self.generator, self.rule = gamma, generator, rule
+        if drafter.needs_tree_target and not target.supports_trees:
+            raise SpecboundError(f"{target.name} does not implement forward_tree/keep_path, which the "
+                                 f"{drafter.describe()} drafter needs (chain drafting works without it)")
+        self.target, self.drafter = target, drafter
+        self.sampling = sampling or drafter.sampling
+        self.rule = rule
+        self.stop_tokens = {int(t) for t in (stop_tokens or ())}
+        self.generator = generator if generator is not None else make_generator(None)
 
-    # ---------------------------------------------------------------- steps
-    def draft(self, committed: list[int], k: int) -> tuple[list[int], torch.Tensor]:
-        """Sample k tokens from the draft; return them and the processed laws they came from [1, k, V]."""
-        tokens, laws = [], []
-        logits = _feed(self.draft_model, committed)[:, -1]
-        t0 = time.perf_counter()
-        for i in range(k):
-            probs = logits_to_probs(logits, self.config, self.draft_model.name)
-            token = int(sample_from(probs, self.generator)[0])
-            tokens.append(token)
-            laws.append(probs)
-            if i < k - 1:
-                logits = self.draft_model.forward(torch.tensor([[token]]))[:, -1]
-        # cost of one drafted token, excluding the catch-up read of committed tokens (for the γ policy)
-        self.seconds_per_draft_token = (time.perf_counter() - t0) / (k - 1) if k > 1 else None
-        return tokens, torch.stack(laws, dim=1)
+    # ---------------------------------------------------------------- one target pass
+    def score(self, committed: list[int], tree: DraftTree, remaining: int):
+        """ONE target pass over the unread committed tokens and the tree nodes of depth < ``remaining``.
 
-    def score(self, committed: list[int], drafted: list[int], with_bonus: bool) -> torch.Tensor:
-        """One target pass; processed target laws before each drafted token (+ after the last)."""
-        fed = drafted if with_bonus else drafted[:-1]
-        logits = _feed(self.target, committed, fed)[:, -(len(fed) + 1):]
-        return logits_to_probs(logits, self.config, self.target.name)
+        Returns the processed target laws [n+1, V] (root, then after each node), the law mask, the
+        target's committed length before the pass, the slot of each read node (or −1), and the number
+        of tokens read.
+        """
+        target = self.target
+        base = target.committed_length
+        target.crop(base)
+        if base > len(committed):
+            raise SpecboundError(f"internal: {target.name} has read more tokens than are committed")
+        if base == len(committed):        # everything read: re-read the last token for the root law
+            base -= 1
+            target.crop(base)
+        pending = committed[base:]
+        p = len(pending)
+        read = (tree.depths < remaining).tolist()
+        nodes = [i for i, r in enumerate(read) if r]
+        slot = [-1] * len(tree)
+        for j, i in enumerate(nodes):
+            slot[i] = base + p + j
+        tokens = torch.tensor([pending + tree.tokens[nodes].tolist()], dtype=torch.long)
+        if tree.is_chain():
+            logits = target.forward(tokens)[0, p - 1:]
+        else:
+            parents = list(range(base - 1, base + p - 1))
+            parents += [base + p - 1 if tree.parents[i] < 0 else slot[int(tree.parents[i])] for i in nodes]
+            logits = target.forward_tree(tokens, parents)[0, p - 1:]
+        probs = logits_to_probs(logits, self.sampling, target.name)
+        if len(nodes) == len(tree):
+            return probs, None, base, slot, tokens.shape[1]
+        target_probs = probs.new_zeros(len(tree) + 1, probs.shape[-1])
+        law_mask = torch.zeros(len(tree) + 1, dtype=torch.bool)
+        rows = torch.tensor([0] + [i + 1 for i in nodes], dtype=torch.long)
+        target_probs[rows], law_mask[rows] = probs, True
+        return target_probs, law_mask, base, slot, tokens.shape[1]
 
-    def verify(self, drafted, draft_probs, target_probs):
-        tokens = torch.tensor([drafted], dtype=torch.long)
-        return verify_chain(tokens, draft_probs.to(target_probs.dtype), target_probs, self.generator, self.rule)
-
-    def _plain_step(self, committed: list[int], metrics: DecodeMetrics) -> None:
-        """One target call, one token: used when the cost model says speculation loses (γ = 0)."""
-        t0 = time.perf_counter()
-        logits = _feed(self.target, committed)[:, -1]
-        probs = logits_to_probs(logits, self.config, self.target.name)
-        committed.append(int(sample_from(probs, self.generator)[0]))
-        metrics.target_time += time.perf_counter() - t0
-        metrics.target_calls += 1
-        metrics.record_round(0, 0, False)
-
-    # ---------------------------------------------------------------- loop
-    def run(self, prompt: list[int], max_new_tokens: int, callback=None, stop_token_ids=()) -> DecodeResult:
+    # ---------------------------------------------------------------- the loop
+    def run(self, prompt, max_new_tokens: int, callback=None) -> DecodeResult:
         """Decode; ``callback(new_token_ids)`` is called with each round's committed tokens (streaming).
 
-        Decoding ends after ``max_new_tokens`` or right after the first token in ``stop_token_ids``.
+        Ends after ``max_new_tokens`` or right after the first stop token. Ctrl-C raises
+        :class:`DecodeInterrupted` carrying the result so far.
         """
-        stops = set(int(t) for t in (stop_token_ids or ()))
+        max_new_tokens = check_budget(max_new_tokens)
+        prompt_ids = as_token_batch(prompt, self.target.vocab_size)
+        if prompt_ids.shape[0] != 1:
+            raise SpecboundError("speculative decoding decodes one prompt at a time (batch 1)")
+        prompt = prompt_ids[0].tolist()
+        limit = self.target.info.max_positions
+        if limit is not None and len(prompt) + max_new_tokens - 1 > limit:   # the last token is never read
+            raise SpecboundError(
+                f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the target's context "
+                f"of {limit} positions; shorten the prompt or lower max_new_tokens"
+            )
         metrics = DecodeMetrics()
+        rounds: list[RoundRecord] = []
         committed = list(prompt)
-        start = time.perf_counter()
-        _prefill(self.target, committed)
-        _prefill(self.draft_model, committed)
-        policy = self.gamma
-        if policy == "auto":
-            policy = AdaptiveGamma.calibrate(self.target, self.draft_model)
-        self.policy = policy if isinstance(policy, AdaptiveGamma) else None
-        metrics.prefill_time = time.perf_counter() - start
         end = len(prompt) + max_new_tokens
-        while len(committed) < end:
-            remaining = end - len(committed)
-            if self.policy is not None:
-                k = self.policy.choose(remaining)
-            else:
-                k = remaining if self.gamma is None else min(self.gamma, remaining)
-            if k == 0:
-                self._plain_step(committed, metrics)
+        start = time.perf_counter()
+
+        def result() -> DecodeResult:
+            metrics.new_tokens = min(len(committed), end) - len(prompt)
+            metrics.total_time = time.perf_counter() - start
+            method = self.drafter.describe() + ("" if self.rule is STANDARD else f" + {self.rule.describe()}")
+            return DecodeResult(committed[len(prompt):end], list(prompt), metrics, method=method,
+                                lossless=self.rule.lossless, sampling=self.sampling.describe(), rounds=rounds)
+
+        try:
+            if max_new_tokens:
+                self.target.prefill(prompt[:-1])
+                self.drafter.start(self.target, prompt)
+            metrics.prefill_time = time.perf_counter() - start
+            while len(committed) < end:
+                before = len(committed)
+                verdict = self._round(committed, end - before, metrics, rounds)
+                if self.stop_tokens:
+                    hit = next((i for i in range(before, min(len(committed), end)) if committed[i] in self.stop_tokens),
+                               None)
+                    if hit is not None:
+                        end = hit + 1
                 if callback is not None:
-                    callback(committed[-1:])
-                if committed[-1] in stops:
-                    end = len(committed)
-                continue
-            with_bonus = k < remaining          # a bonus beyond the budget would be thrown away
-            base = len(committed)
+                    callback(committed[before:end])
+                if verdict.next_token < 0:
+                    break
+        except KeyboardInterrupt:
+            metrics.interrupted = True
+            raise DecodeInterrupted(result()) from None
+        return result()
 
-            t0 = time.perf_counter()
-            drafted, draft_probs = self.draft(committed, k)
-            t1 = time.perf_counter()
-            target_probs = self.score(committed, drafted, with_bonus)
-            t2 = time.perf_counter()
-            verdict = self.verify(drafted, draft_probs, target_probs)
-            t3 = time.perf_counter()
-
-            n = int(verdict.accepted[0])
-            committed.extend(drafted[:n])
-            nxt = int(verdict.next_token[0])
-            if nxt >= 0:
-                committed.append(nxt)
-            self.target.crop(min(base + n, self.target.cache_length))
-            self.draft_model.crop(base + min(n, k - 1))
-
-            metrics.draft_calls += k
-            metrics.target_calls += 1
-            metrics.draft_time += t1 - t0
-            metrics.target_time += t2 - t1
-            metrics.verify_time += t3 - t2
-            metrics.record_round(k, n, bool(verdict.rejected[0]))
-            if self.policy is not None:
-                self.policy.observe(k, n, getattr(self, "seconds_per_draft_token", None), t2 - t1)
-            stopped = next((i for i in range(base, min(len(committed), end)) if committed[i] in stops), None)
-            if stopped is not None:
-                end = stopped + 1
-            if callback is not None:
-                callback(committed[base:end])
-        metrics.new_tokens = end - len(prompt)
-        metrics.total_time = time.perf_counter() - start
-        return DecodeResult(committed[len(prompt):end], list(prompt), metrics, method="speculative",
-                            lossless=self.rule.lossless, sampling=self.config.describe())
+    def _round(self, committed: list[int], remaining: int, metrics: DecodeMetrics, rounds: list) -> Verdict:
+        t0 = time.perf_counter()
+        tree = self.drafter.propose(committed, remaining, self.generator)
+        t1 = time.perf_counter()
+        target_probs, law_mask, base, slot, n_read = self.score(committed, tree, remaining)
+        t2 = time.perf_counter()
+        verdict = verify(tree, target_probs, law_mask, self.rule, self.generator)
+        t3 = time.perf_counter()
+        pending = n_read - sum(s >= 0 for s in slot)
+        kept = list(range(base, base + pending))
+        for node in verdict.path:
+            if slot[node] < 0:
+                break
+            kept.append(slot[node])
+        self.target.keep_path(base, kept)
+        rounds.append(RoundRecord(len(committed), len(tree), tree.depth, verdict.accepted, verdict.ended, tree.value,
+                                  verdict.accept_probs))
+        committed.extend(tree.tokens[verdict.path].tolist())
+        if verdict.next_token >= 0:
+            committed.append(verdict.next_token)
+        self.drafter.observe(RoundFeedback(tree, verdict, t1 - t0, t2 - t1, n_read))
+        metrics.draft_calls += tree.draft_calls
+        metrics.target_calls += 1
+        metrics.draft_time += t1 - t0
+        metrics.target_time += t2 - t1
+        metrics.verify_time += t3 - t2
+        metrics.record_round(len(tree), tree.depth, verdict.accepted, len(verdict.accept_probs), verdict.rejected,
+                             None if self.rule.lossless else verdict.bias)
+        return verdict
 
 
-def speculative_decode(target: LanguageModel, draft: LanguageModel, prompt, max_new_tokens: int,
-                       gamma: int | None = None, temperature: float = 1.0, top_k: int | None = None,
-                       top_p: float | None = None, seed=None, tree: int | None = None,
-                       tree_drafter: str = "dynamic", callback=None,
-                       drafts: int | None = None, design: str = "B", relaxation=None,
-                       stop_token_ids=()) -> DecodeResult:
-    """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
-
-    ``gamma`` is the draft length per round; ``gamma=None`` drafts to the horizon (Yin's setting, in
-    which every round ends at a rejection); ``gamma="auto"`` measures the target's t(k) and the
-    draft's cost and picks γ each round from the cost model (:mod:`specbound.theory.speedup`),
-    falling back to plain target steps when speculation is predicted to lose. ``callback`` receives
-    each round's new token ids (for streaming). Sampling settings apply identically to both models and
-    the output law equals the target's processed law (Yin et al. 2024, Thm 1).
-
-    ``drafts=M`` (≥ 1) verifies M i.i.d. draft sequences per round, all scored in one target pass (batch
-    SD, Yin et al. 2024 Alg. 4 / Thm 3); ``design`` is "B" (recursive rejection at the round start, then
-    one sequence; default) or "A" (prefix-tree DFS), see :mod:`specbound.decoding.batch`. ``drafts=1``
-    is the chain engine. ``relaxation=("opt"|"uno", eps[, "additive"|"ratio"])`` switches to biased
-    over-acceptance decoding (Decoding-OPT / -UNO, Yin et al. 2024 §5, one draft per step): the
-    result has ``lossless=False`` and ``metrics.expected_bias`` holds the summed per-step TV bias.
-
-    ``stop_token_ids`` (chain engine) ends decoding right after the first such token (e.g. EOS).
-
-    ``tree=P`` drafts a tree of at most P nodes per round instead of a chain and verifies it in one
-    target ``forward_tree`` pass (Pankratov & Alistarh 2026); ``tree_drafter`` is ``"dynamic"``,
-    ``"sampled"``, ``"chain"`` or ``"oracle"`` (see :func:`specbound.decoding.tree.tree_speculative_decode`).
-    """
-    from .batch import BatchSpeculator, RelaxedChainSpeculator, check_design, check_drafts, parse_relaxation
-    if tree is not None and (check_drafts(drafts) > 1 or relaxation is not None):
-        raise SpecboundError("tree=P cannot be combined with drafts > 1 or relaxation")
+# ---------------------------------------------------------------------------------------------------
+# the friendly entries
+# ---------------------------------------------------------------------------------------------------
+def make_drafter(target: LanguageModel, draft: LanguageModel | None, sampling: SamplingConfig, gamma=None,
+                 tree: int | None = None, tree_drafter: str = "dynamic", drafts: int | None = None,
+                 design: str = "B") -> Drafter:
+    """The drafter that :func:`speculative_decode`'s keyword arguments describe (checked before any model call)."""
+    n_drafts, design = check_drafts(drafts), check_design(design)
     if tree is not None:
+        if n_drafts > 1:
+            raise SpecboundError("tree=P cannot be combined with drafts > 1")
         if gamma is not None:
             raise SpecboundError("give either gamma (draft chain length) or tree (draft-tree capacity P), not both")
-        from .tree import tree_speculative_decode
-        return tree_speculative_decode(target, draft, prompt, max_new_tokens, tree, tree_drafter,
-                                       temperature, top_k, top_p, seed, callback=callback)
+        return make_tree_drafter(tree_drafter, target, draft, sampling, tree)
     if tree_drafter != "dynamic":
         raise SpecboundError(f"tree_drafter={tree_drafter!r} needs tree=P (the draft-tree capacity)")
-    config = SamplingConfig(temperature, top_k, top_p)
-    max_new_tokens = _check_budget(max_new_tokens)
-    n_drafts, design, rule = check_drafts(drafts), check_design(design), parse_relaxation(relaxation)
-    if rule is not None and n_drafts > 1:
-        raise SpecboundError("relaxation (Decoding-OPT/-UNO) is a one-draft rejection step (Yin et al. 2024 §5): "
-                             "use drafts=None or 1 with it")
+    if draft is None:
+        raise SpecboundError("speculative decoding needs a draft model (or tree=P with tree_drafter='oracle')")
     if n_drafts > 1:
-        engine = BatchSpeculator(target, draft, config, gamma, make_generator(seed), n_drafts, design)
-    elif rule is not None:
-        engine = RelaxedChainSpeculator(target, draft, config, gamma, make_generator(seed), rule)
-    else:
-        engine = ChainSpeculator(target, draft, config, gamma, make_generator(seed))
-    prompt_ids = as_token_batch(prompt, target.vocab_size)
-    if prompt_ids.shape[0] != 1:
-        raise SpecboundError("speculative_decode decodes one prompt at a time (batch 1)")
-    if stop_token_ids:
-        if n_drafts > 1:
-            raise SpecboundError("stop_token_ids is supported by the chain engine only (drafts=None or 1)")
-        return engine.run(prompt_ids[0].tolist(), max_new_tokens, callback=callback, stop_token_ids=stop_token_ids)
-    return engine.run(prompt_ids[0].tolist(), max_new_tokens, callback=callback)
+        return BatchDrafter(draft, sampling, n_drafts, gamma, design)
+    return ChainDrafter(draft, sampling, check_gamma(gamma))
+
+
+def speculative_decode(target: LanguageModel, draft: LanguageModel | None, prompt, max_new_tokens: int,
+                       gamma=None, temperature: float = 1.0, top_k: int | None = None,
+                       top_p: float | None = None, seed=None, tree: int | None = None,
+                       tree_drafter: str = "dynamic", callback=None, drafts: int | None = None,
+                       design: str = "B", relaxation=None, stop_token_ids=()) -> DecodeResult:
+    """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
+
+    One loop (:class:`Speculator`) for every drafter, chosen by the keywords:
+
+    * ``gamma``: draft chain length per round; ``None`` drafts to the horizon (Yin's setting);
+      ``"auto"`` picks γ every round from the cost model with measured costs (γ = 0: a plain step);
+    * ``drafts=M`` (> 1): M i.i.d. draft sequences per round scored in one target pass (batch SD, Yin et
+      al. 2024 Alg. 4 / Thm 3), ``design`` "B" (default) or "A" (prefix-tree walk, a derived variant);
+    * ``tree=P``: a draft tree of at most P nodes per round (Pankratov & Alistarh 2026);
+      ``tree_drafter`` "dynamic", "sampled", "chain" or "oracle" (the target drafts its own T*(P));
+    * ``relaxation=("opt"|"uno", eps[, form])`` or ``"opt:0.1"``: biased over-acceptance decoding
+      (Decoding-OPT / -UNO, Yin et al. 2024 §5) on a drafted chain: ``lossless=False`` and
+      ``metrics.expected_bias`` holds the summed exact per-step TV bias.
+
+    Sampling settings apply identically to target and draft; the output law is the target's
+    processed law (Yin et al. 2024, Thm 1). ``callback`` receives each round's new token ids;
+    ``stop_token_ids`` end decoding right after the first such token (e.g. EOS).
+    """
+    sampling = SamplingConfig(temperature, top_k, top_p)
+    max_new_tokens = check_budget(max_new_tokens)
+    rule = parse_relaxation(relaxation)
+    if rule is not STANDARD and (tree is not None or check_drafts(drafts) > 1):
+        raise SpecboundError("relaxation (Decoding-OPT/-UNO) is a one-draft rejection step (Yin et al. 2024 §5): "
+                             "use it with a drafted chain (no tree=P, drafts=None or 1)")
+    drafter = make_drafter(target, draft, sampling, gamma, tree, tree_drafter, drafts, design)
+    engine = Speculator(target, drafter, sampling, rule, stop_token_ids, make_generator(seed))
+    return engine.run(prompt, max_new_tokens, callback=callback)
+
+
+def autoregressive_decode(target: LanguageModel, prompt, max_new_tokens: int, temperature: float = 1.0,
+                          top_k: int | None = None, top_p: float | None = None, seed=None,
+                          stop_token_ids=(), callback=None) -> DecodeResult:
+    """Plain decoding from the target, one target call per token (Yin et al. 2024, Alg. 3): the same
+    loop with no drafter."""
+    sampling = SamplingConfig(temperature, top_k, top_p)
+    engine = Speculator(target, PlainDrafter(sampling), sampling, STANDARD, stop_token_ids, make_generator(seed))
+    out = engine.run(prompt, max_new_tokens, callback=callback)
+    out.method = "autoregressive"
+    return out

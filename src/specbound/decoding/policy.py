@@ -25,6 +25,9 @@ __all__ = ["AdaptiveGamma", "measure_forward_costs"]
 def measure_forward_costs(model, ks=(1, 2, 4, 8, 16), repeats: int = 3, token: int = 0) -> CostProfile:
     """Median seconds for ``model`` to read k new tokens after its current cache (cache restored)."""
     base = model.cache_length
+    if base == 0:
+        model.forward(torch.tensor([[token]], dtype=torch.long))
+        base = 1
     seconds = []
     for k in ks:
         times = []
@@ -119,10 +122,11 @@ def _costs_file() -> Path:
 
 
 def _cost_key(target, draft) -> str | None:
-    if getattr(target, "tokenizer", None) is None:       # toy / in-memory models: always measure
+    """Cost-cache key from the models' content identities; None (never cached) for models without one."""
+    if target.info.identity is None or draft.info.identity is None:
         return None
-    parts = [target.name, getattr(target, "linear_backend", "eager"), draft.name,
-             getattr(draft, "linear_backend", "eager"), f"threads={torch.get_num_threads()}"]
+    parts = [target.info.identity, target.info.kernels, draft.info.identity, draft.info.kernels,
+             f"threads={torch.get_num_threads()}"]
     return "|".join(parts)
 
 

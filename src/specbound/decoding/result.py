@@ -10,10 +10,12 @@ class DecodeMetrics:
     target_calls: int = 0          # target forward passes after the prompt (verification passes)
     draft_calls: int = 0           # draft forward passes after the prompt
     rejections: int = 0            # rounds that ended at a rejected drafted token
-    accepted_per_step: list[int] = field(default_factory=list)   # accepted drafted tokens per round
-    drafted_per_step: list[int] = field(default_factory=list)    # drafted tokens per round
-    position_accepted: list[int] = field(default_factory=list)   # per draft position: times accepted
-    position_reached: list[int] = field(default_factory=list)    # per draft position: times verified
+    accepted_per_step: list[int] = field(default_factory=list)   # accepted drafted tokens (X) per round
+    drafted_per_step: list[int] = field(default_factory=list)    # drafted tokens (tree nodes) per round
+    depth_per_step: list[int] = field(default_factory=list)      # depth of the draft tree per round
+    position_accepted: list[int] = field(default_factory=list)   # per draft depth: times accepted
+    position_reached: list[int] = field(default_factory=list)    # per draft depth: times tested
+    plain_steps: int = 0           # rounds without a draft (one target call, one token)
     prefill_time: float = 0.0
     draft_time: float = 0.0
     target_time: float = 0.0
@@ -26,6 +28,7 @@ class DecodeMetrics:
     # positions summed; expected_bias / new_tokens is the per-token bias proxy.
     expected_bias: float = 0.0
     bias_positions: int = 0
+    interrupted: bool = False      # the run was stopped early (Ctrl-C); tokens so far are kept
 
     @property
     def tau(self) -> float:
@@ -44,18 +47,27 @@ class DecodeMetrics:
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.total_time if self.total_time > 0 else float("inf")
 
-    def record_round(self, drafted: int, accepted: int, rejected: bool) -> None:
+    def record_round(self, drafted: int, depth: int, accepted: int, tested: int, rejected: bool,
+                     step_bias: list[float] | None = None) -> None:
+        """One round: ``drafted`` nodes of depth ``depth``, ``accepted`` of them on the accepted path,
+        ``tested`` depths checked (accepted + 1 when the round ended at a rejection); ``step_bias``
+        (relaxed rules only) the exact TV bias of each tested position."""
         self.drafted_per_step.append(drafted)
+        self.depth_per_step.append(depth)
         self.accepted_per_step.append(accepted)
         self.rejections += int(rejected)
-        grow = drafted - len(self.position_reached)
+        self.plain_steps += int(drafted == 0)
+        grow = tested - len(self.position_reached)
         if grow > 0:
             self.position_reached.extend([0] * grow)
             self.position_accepted.extend([0] * grow)
-        for i in range(min(accepted + 1, drafted)):
+        for i in range(tested):
             self.position_reached[i] += 1
         for i in range(accepted):
             self.position_accepted[i] += 1
+        if step_bias is not None:
+            self.expected_bias += float(sum(step_bias))
+            self.bias_positions += len(step_bias)
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -66,6 +78,21 @@ class DecodeMetrics:
 
 
 @dataclass
+class RoundRecord:
+    """One round as the verifier saw it: committed length before it, tree size and depth, X, how it
+    ended ("recovered", "bonus", "budget"), the tree value E[X | T] when the drafter knows it
+    (oracle; NaN otherwise) and, per tested depth, the acceptance probability given the drafted tokens."""
+
+    committed: int
+    size: int
+    depth: int
+    accepted: int
+    ended: str
+    value: float
+    accept_probs: list[float]
+
+
+@dataclass
 class DecodeResult:
     tokens: list[int]                 # generated token ids (prompt excluded)
     prompt: list[int]
@@ -73,6 +100,7 @@ class DecodeResult:
     method: str = "speculative"
     lossless: bool = True             # False for deliberately biased (relaxed) decoding
     sampling: str = ""
+    rounds: list[RoundRecord] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"method": self.method, "lossless": self.lossless, "sampling": self.sampling,

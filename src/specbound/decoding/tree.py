@@ -1,176 +1,135 @@
-"""Tree speculative decoding: draft a tree → ONE target ``forward_tree`` pass → verify → keep the path.
+"""THE draft-tree type: one round's proposal as flat arrays (Sequoia's lesson: a tree is arrays).
 
-Pankratov & Alistarh 2026, §1 (model of speculative generation with a draft tree of capacity P):
-one round drafts a prefix-closed tree of at most P nodes, the target scores all of them in one
-parallel pass, lossless tree verification accepts a root-to-node path (X tokens) and adds one
-recovered or bonus token, so a round emits X + 1 tokens per target call.
+Node i has token ``tokens[i]`` and parent ``parents[i]`` (−1 = the root, i.e. the last committed
+token); parents precede children, so nodes can be read into a model level by level or all at once.
+Every proposal is an instance:
 
-Cache discipline (as in :mod:`specbound.decoding.engine`): the committed tokens the target has not
-read yet (the last round's recovered/bonus token, or the prompt's last token) are fed as the first
-node(s) of the SAME ``forward_tree`` call, as a chain the draft tree hangs below, so a round is
-exactly one target call. Afterwards ``keep_path`` leaves the committed prefix plus the accepted
-nodes in the cache (a rejected node never stays). Nodes at the depth where the generation budget
-ends are verified but not read (no law after them is needed), which also keeps finite-horizon
-models inside their horizon.
+* a chain of γ drafted tokens is a tree of fan-out 1 (:meth:`DraftTree.chain`);
+* M batch drafts (Yin et al. 2024, Alg. 4) are M root branches (:meth:`DraftTree.branches`);
+* a draft tree of capacity P (Pankratov & Alistarh 2026, §1) is a tree of at most P nodes;
+* a plain decoding step is the empty tree (the target's law at the root gives the token).
+
+``draft_probs`` [n+1, V] holds, for sampled trees, the processed draft law each node's children
+were drawn from (row 0: the root's children; row i+1: node i's children). Sampled trees
+(``sampled=True``) are verified by recursive rejection sampling over siblings; deterministic trees
+(a function of what the drafter knows, no private randomness) by the target walk of
+:func:`~specbound.decoding.verify.verify`. ``pool_equal_prefixes`` marks batch design A, where the
+candidates at a position are the children of every node whose path equals the accepted prefix.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ..errors import SpecboundError
-from ..models.base import LanguageModel, as_token_batch
-from .drafters import DETERMINISTIC, DraftedTree, TreeDrafter, TreeReader, make_tree_drafter
-from .result import DecodeMetrics, DecodeResult
-from .sampling import SamplingConfig, logits_to_probs
-from .verify import TreeVerdict, verify_tree_deterministic, verify_tree_multidraft
 
-__all__ = ["TreeRound", "TreeSpeculator", "tree_speculative_decode"]
+__all__ = ["DraftTree"]
 
 
 @dataclass
-class TreeRound:
-    """Per-round record: committed length before the round, tree size and depth, X, how it ended,
-    and E[X | T] when the drafter knows it (oracle)."""
+class DraftTree:
+    tokens: torch.Tensor                      # [n] long
+    parents: torch.Tensor                     # [n] long, −1 = root
+    draft_probs: torch.Tensor | None = None   # [n+1, V] (sampled trees)
+    sampled: bool = False
+    pool_equal_prefixes: bool = False
+    value: float = float("nan")               # E[X | T] under the target when the drafter knows it (oracle)
+    draft_calls: int = 0                      # draft-model passes made to propose this tree
+    depths: torch.Tensor = field(init=False)  # [n] long, 1 = child of the root
 
-    committed: int
-    size: int
-    depth: int
-    accepted: int
-    ended: str            # "recovered", "bonus" or "budget" (no token after the accepted path)
-    value: float
+    def __post_init__(self):
+        self.tokens = torch.as_tensor(self.tokens, dtype=torch.long).reshape(-1)
+        self.parents = torch.as_tensor(self.parents, dtype=torch.long).reshape(-1)
+        n = len(self.tokens)
+        if len(self.parents) != n:
+            raise SpecboundError(f"draft tree has {n} tokens but {len(self.parents)} parents")
+        depths = []
+        for i, p in enumerate(self.parents.tolist()):
+            if not -1 <= p < i:
+                raise SpecboundError(f"draft tree node {i} has parent {p}: parents must precede children (−1 = root)")
+            depths.append(1 if p < 0 else depths[p] + 1)
+        self.depths = torch.tensor(depths, dtype=torch.long)
+        if self.sampled:
+            if self.draft_probs is None or self.draft_probs.ndim != 2 or self.draft_probs.shape[0] != n + 1:
+                raise SpecboundError(
+                    f"a sampled draft tree needs draft_probs [n+1, V] = [{n + 1}, V] (the laws its children were "
+                    f"drawn from), got {None if self.draft_probs is None else tuple(self.draft_probs.shape)}"
+                )
 
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def empty(cls) -> "DraftTree":
+        """No drafted token: the round is a plain target step."""
+        return cls(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long))
 
-class TreeSpeculator:
-    """Tree speculative decoding of ``target`` with a :class:`~specbound.decoding.drafters.TreeDrafter`.
+    @classmethod
+    def chain(cls, tokens, draft_probs: torch.Tensor | None = None, draft_calls: int = 0) -> "DraftTree":
+        """A drafted chain (fan-out 1). ``draft_probs`` [k, V]: the law token j was sampled from
+        (None for a deterministic chain, e.g. n-gram lookup)."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
+        k = len(tokens)
+        probs = None
+        if draft_probs is not None:
+            if draft_probs.ndim != 2 or draft_probs.shape[0] != k:
+                raise SpecboundError(f"chain draft_probs must be [k, V] = [{k}, V], got {tuple(draft_probs.shape)}")
+            probs = torch.cat([draft_probs, draft_probs.new_zeros(1, draft_probs.shape[1])])
+        return cls(tokens, torch.arange(-1, k - 1), probs, sampled=draft_probs is not None, draft_calls=draft_calls)
 
-    Steps (overridable): :meth:`score` runs the single target ``forward_tree`` pass and returns the
-    processed target laws at the root and every read node; :meth:`verify` calls the shared
-    verification core with the rule the drafter asks for. Metrics: ``accepted_per_step`` holds X per
-    round, ``drafted_per_step`` the number of tree nodes, ``position_*`` count acceptance per depth,
-    ``target_calls`` counts verification passes only (an oracle drafter's target reads are
-    ``draft_calls``), so ``metrics.tau`` is tokens per verification call. :attr:`rounds` keeps a
-    :class:`TreeRound` per round.
-    """
+    @classmethod
+    def branches(cls, tokens: torch.Tensor, draft_probs: torch.Tensor, pool_equal_prefixes: bool = False,
+                 draft_calls: int = 0) -> "DraftTree":
+        """M i.i.d. drafted sequences as M root branches (Yin et al. 2024, Alg. 4).
 
-    def __init__(self, target: LanguageModel, drafter: TreeDrafter, config: SamplingConfig,
-                 generator: torch.Generator):
-        if not isinstance(drafter, TreeDrafter):
-            raise SpecboundError(f"drafter must be a TreeDrafter, got {type(drafter).__name__}")
-        self.target, self.drafter, self.config, self.generator = target, drafter, config, generator
-        self.rounds: list[TreeRound] = []
-
-    # ---------------------------------------------------------------- steps
-    def score(self, committed: list[int], tree: DraftedTree, remaining: int):
-        """ONE target pass over (pending committed tokens, tree nodes of depth < ``remaining``).
-
-        Returns (target_probs [n+1, V], law_mask [n+1], reader, tree→reader index map).
+        ``tokens`` [M, k]; ``draft_probs`` [M, k, V] (row j of branch i: the law its token j was drawn
+        from; row 0 is the same root law for every branch). Node (depth j+1, branch i) gets index
+        j·M + i (level order). ``pool_equal_prefixes`` selects design A (prefix-tree walk).
         """
-        reader = TreeReader(self.target, committed)
-        index: dict[int, int] = {}
-        for i, (token, parent, depth) in enumerate(zip(tree.tokens, tree.parents, tree.depths)):
-            if depth < remaining:
-                index[i] = reader.add(token, -1 if parent < 0 else index[parent])
-        read = sorted(index)
-        logits = reader.read([-1] + [index[i] for i in read])
-        if reader.calls != 1:
-            raise SpecboundError(f"internal: verification used {reader.calls} target calls instead of one")
-        probs = logits_to_probs(logits, self.config, self.target.name)
-        target_probs = torch.zeros((len(tree) + 1, probs.shape[-1]), dtype=probs.dtype)
-        law_mask = torch.zeros(len(tree) + 1, dtype=torch.bool)
-        target_probs[0], law_mask[0] = probs[0], True
-        if read:
-            rows = torch.tensor(read) + 1
-            target_probs[rows] = probs[1:]
-            law_mask[rows] = True
-        return target_probs, law_mask, reader, index
+        if tokens.ndim != 2 or draft_probs.ndim != 3 or draft_probs.shape[:2] != tokens.shape:
+            raise SpecboundError(f"branches need tokens [M, k] and draft_probs [M, k, V], got "
+                                 f"{tuple(tokens.shape)} and {tuple(draft_probs.shape)}")
+        m, k = tokens.shape
+        flat = tokens.t().reshape(-1)
+        parents = torch.tensor([-1] * m + [(j - 1) * m + i for j in range(1, k) for i in range(m)], dtype=torch.long)
+        vocab = draft_probs.shape[-1]
+        probs = draft_probs.new_zeros(m * k + 1, vocab)
+        probs[0] = draft_probs[0, 0]
+        if k > 1:
+            probs[1:1 + m * (k - 1)] = draft_probs[:, 1:].transpose(0, 1).reshape(-1, vocab)
+        return cls(flat, parents, probs, sampled=True, pool_equal_prefixes=pool_equal_prefixes,
+                   draft_calls=draft_calls)
 
-    def verify(self, tree: DraftedTree, target_probs: torch.Tensor, law_mask: torch.Tensor) -> TreeVerdict:
-        if tree.verification == DETERMINISTIC:
-            return verify_tree_deterministic(tree.tokens, tree.parents, target_probs, self.generator, law_mask)
-        return verify_tree_multidraft(tree.tokens, tree.parents, tree.draft_probs, target_probs,
-                                      self.generator, law_mask)
+    # ------------------------------------------------------------------ views
+    def __len__(self) -> int:
+        return len(self.tokens)
 
-    # ---------------------------------------------------------------- loop
-    def run(self, prompt: list[int], max_new_tokens: int, callback=None) -> DecodeResult:
-        """Decode; ``callback(new_token_ids)`` is called with each round's committed tokens (streaming)."""
-        metrics = DecodeMetrics()
-        self.rounds = []
-        committed = [int(t) for t in prompt]
-        start = time.perf_counter()
-        self.target.reset()
-        if len(committed) > 1:
-            self.target.forward(torch.tensor([committed[:-1]], dtype=torch.long))
-        self.drafter.prefill(committed)
-        metrics.prefill_time = time.perf_counter() - start
-        end = len(committed) + max_new_tokens
-        while len(committed) < end:
-            remaining = end - len(committed)
-            before = len(committed)
-            t0 = time.perf_counter()
-            tree = self.drafter.draft(committed, remaining, self.generator)
-            t1 = time.perf_counter()
-            target_probs, law_mask, reader, index = self.score(committed, tree, remaining)
-            t2 = time.perf_counter()
-            verdict = self.verify(tree, target_probs, law_mask)
-            t3 = time.perf_counter()
+    @property
+    def depth(self) -> int:
+        return int(self.depths.max()) if len(self) else 0
 
-            path = verdict.path
-            kept = []
-            for node in path:                     # the accepted nodes the target has read
-                if node not in index:
-                    break
-                kept.append(index[node])
-            reader.keep(kept)
-            self.drafter.accept(path)
-            self.rounds.append(TreeRound(
-                committed=len(committed), size=len(tree), depth=tree.depth, accepted=len(path),
-                ended="budget" if verdict.next_token < 0 else ("recovered" if verdict.rejected else "bonus"),
-                value=tree.value,
-            ))
-            committed.extend(tree.tokens[i] for i in path)
-            if verdict.next_token >= 0:
-                committed.append(verdict.next_token)
+    def children(self) -> list[list[int]]:
+        """Children of the root (entry 0) and of node i (entry i+1), in node order."""
+        kids: list[list[int]] = [[] for _ in range(len(self) + 1)]
+        for i, p in enumerate(self.parents.tolist()):
+            kids[p + 1].append(i)
+        return kids
 
-            metrics.draft_calls += tree.draft_calls
-            metrics.target_calls += 1
-            metrics.draft_time += t1 - t0
-            metrics.target_time += t2 - t1
-            metrics.verify_time += t3 - t2
-            # positions are depths here; drafted_per_step counts tree nodes
-            metrics.record_round(tree.depth, len(path), verdict.rejected)
-            metrics.drafted_per_step[-1] = len(tree)
-            if callback is not None:
-                callback(committed[before:end])
-        metrics.new_tokens = max_new_tokens
-        metrics.total_time = time.perf_counter() - start
-        return DecodeResult(committed[len(prompt):end], list(prompt), metrics,
-                            method=f"tree-speculative ({self.drafter.name}, P={self.drafter.capacity})",
-                            lossless=True, sampling=self.config.describe())
+    def path_to(self, node: int) -> list[int]:
+        """Node indices on the path root → ``node``."""
+        path, parents = [], self.parents.tolist()
+        while node >= 0:
+            path.append(node)
+            node = parents[node]
+        return path[::-1]
 
+    def ancestor_mask(self) -> torch.Tensor:
+        """[n, n] bool: entry (i, j) is True when j is i or an ancestor of i (the tree attention mask)."""
+        n = len(self)
+        mask = torch.eye(n, dtype=torch.bool)
+        for i, p in enumerate(self.parents.tolist()):
+            if p >= 0:
+                mask[i] |= mask[p]
+        return mask
 
-def tree_speculative_decode(target: LanguageModel, draft: LanguageModel | None, prompt, max_new_tokens: int,
-                            tree: int, tree_drafter: str = "dynamic", temperature: float = 1.0,
-                            top_k: int | None = None, top_p: float | None = None, seed=None,
-                            callback=None) -> DecodeResult:
-    """Lossless tree speculative decoding with capacity P = ``tree`` (Pankratov & Alistarh 2026, §1–§2).
-
-    ``tree_drafter``: ``"dynamic"`` (best-first by draft path probability, EAGLE-2-like,
-    deterministic-tree verification), ``"sampled"`` (children sampled from the draft, recursive
-    rejection over siblings), ``"chain"`` (one sampled chain of P tokens) or ``"oracle"`` (the target
-    drafts its own optimal tree T*(P); ``draft`` may be None). Normally reached through
-    :func:`specbound.decoding.speculative_decode` with ``tree=P``. ``callback(new_token_ids)`` is
-    called with each round's committed tokens (streaming).
-    """
-    from .engine import _check_budget, make_generator
-
-    config = SamplingConfig(temperature, top_k, top_p)
-    max_new_tokens = _check_budget(max_new_tokens)
-    drafter = make_tree_drafter(tree_drafter, target, draft, config, tree)
-    prompt_ids = as_token_batch(prompt, target.vocab_size)
-    if prompt_ids.shape[0] != 1:
-        raise SpecboundError("speculative_decode decodes one prompt at a time (batch 1)")
-    engine = TreeSpeculator(target, drafter, config, make_generator(seed))
-    return engine.run(prompt_ids[0].tolist(), max_new_tokens, callback=callback)
+    def is_chain(self) -> bool:
+        return bool(torch.equal(self.parents, torch.arange(-1, len(self) - 1)))

@@ -1,367 +1,137 @@
-"""THE verification core: pure tensor functions, no model calls (Yin et al. 2024, Alg. 1 and 2).
+"""THE verification core: one entry, :func:`verify`, over a :class:`~specbound.decoding.tree.DraftTree`.
 
-Vocabulary (as in vLLM's rejection sampler): a drafted token is *accepted* with probability
-b = min(1, target/draft); the first rejected position gets a *recovered* token drawn from the
-residual [target − b·draft]_+ (normalised); when every drafted token is accepted the target's law
-after the last one gives a free *bonus* token. Every engine (chain, batch, tree) calls these
-functions; none re-implements acceptance. The NumPy twins in :mod:`specbound.theory` hold the same
-formulas for exact expectations and are cross-checked in the tests.
+Pure tensor functions, no model calls, allocations on the device of the inputs. Vocabulary (as in
+vLLM's rejection sampler): a drafted token is *accepted* with probability b = min(1, target/draft);
+the first rejected position gets a *recovered* token drawn from the residual [target − b·draft]_+
+(normalised); when the walk ends at a leaf the target's law there gives a free *bonus* token.
+
+Three rules, chosen by the tree, cover every engine:
+
+* sampled chain (fan-out 1): Yin et al. 2024, Alg. 1, vectorised over the positions; any member of
+  the rejection-based family of Alg. 2 (:class:`AcceptanceRule`: Thm 2 family, Decoding-OPT/-UNO of
+  §5) can replace the standard rule;
+* sampled tree (siblings drawn i.i.d. from the draft law at their parent): recursive rejection
+  sampling over the siblings at every depth (Yin et al. 2024, Alg. 4 / Thm 3; SpecInfer), which with
+  M root branches is batch design B, and with ``pool_equal_prefixes`` the prefix-tree walk of design A;
+* deterministic tree: walk from the root, draw x from the target law at the current node, move to
+  the child holding x or stop (Pankratov & Alistarh 2026, §1); E[X | T] = Σ_{v∈T} p_target(v).
+
+The :class:`Verdict` carries the accepted path, the recovered/bonus token and, per tested depth, the
+acceptance probability given the drafted tokens and the exact TV bias of the step (0 when lossless),
+so analyses read them instead of patching rules. NumPy twins of the formulas live in
+:mod:`specbound.theory` and are cross-checked in the tests.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ..errors import SpecboundError
 from ..theory.tradeoff import OVER_ACCEPTANCE_FORMS
+from .tree import DraftTree
 
-__all__ = ["AcceptanceRule", "ChainVerdict", "acceptance_probability", "residual_distribution", "verify_chain"]
+__all__ = [
+    "AcceptanceRule", "CandidatesVerdict", "DecodingOPT", "DecodingUNO", "RELAXATIONS", "RelaxedAcceptance",
+    "STANDARD", "Verdict", "acceptance_probability", "over_acceptance_probability", "parse_relaxation",
+    "recursive_rejection_sampling", "residual_distribution", "step_output_bias", "verify",
+]
 
 
-def acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor,
-                           tokens: torch.Tensor) -> torch.Tensor:
+# ---------------------------------------------------------------------------------------------------
+# the formulas (target first, then draft; keyword-only where the two share a shape)
+# ---------------------------------------------------------------------------------------------------
+def _tiny(x: torch.Tensor) -> float:
+    return torch.finfo(x.dtype).tiny
+
+
+def acceptance_probability(*, target: torch.Tensor, draft: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """b(x) = min(1, target(x)/draft(x)) at the drafted tokens x (Yin et al. 2024, Alg. 1).
 
-    ``target_probs``/``draft_probs`` are [..., V]; ``tokens`` is [...] and was sampled from
-    ``draft_probs``, so draft(x) > 0 and nothing divides by zero.
+    ``target``/``draft`` are processed laws [..., V]; ``tokens`` [...] were sampled from ``draft``,
+    so draft(x) > 0 and nothing divides by zero.
     """
-    t = target_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    d = draft_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    return torch.where(d > 0, (t / d.clamp_min(torch.finfo(d.dtype).tiny)).clamp(max=1.0), torch.ones_like(t))
+    t = target.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    d = draft.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return torch.where(d > 0, (t / d.clamp_min(_tiny(d))).clamp(max=1.0), torch.ones_like(t))
 
 
-def residual_distribution(target_probs: torch.Tensor, draft_probs: torch.Tensor,
+def residual_distribution(*, target: torch.Tensor, draft: torch.Tensor,
                           accept: torch.Tensor | None = None) -> torch.Tensor:
     """[target − b·draft]_+ normalised; b = min(1, target/draft) when ``accept`` is None.
 
     Same formula as :func:`specbound.theory.residual` (standard SD, the unbiased family of Thm 2,
-    and the optimal residual P* of Thm 4). Rows with no positive mass fall back to the target.
+    and the optimal residual P* of Thm 4, Yin et al. 2024). Rows without positive mass fall back to
+    the target.
     """
-    if accept is None:
-        excess = (target_probs - draft_probs).clamp_min(0)
-    else:
-        excess = (target_probs - accept * draft_probs).clamp_min(0)
+    excess = (target - draft).clamp_min(0) if accept is None else (target - accept * draft).clamp_min(0)
     mass = excess.sum(dim=-1, keepdim=True)
-    return torch.where(mass > 0, excess / mass.clamp_min(torch.finfo(excess.dtype).tiny), target_probs)
+    return torch.where(mass > 0, excess / mass.clamp_min(_tiny(excess)), target)
 
 
+def over_acceptance_probability(*, target: torch.Tensor, draft: torch.Tensor, eps: float,
+                                form: str = "additive") -> torch.Tensor:
+    """Full-vocabulary over-acceptance b ≥ min(1, target/draft) (Yin et al. 2024, §5; Thm 5).
+
+    ``form="additive"``: b = min(1, (target + ε)/draft); ``form="ratio"``: b = min(1, target/draft + ε).
+    b = 1 where the draft has no mass. ε = 0 is standard SD. NumPy twin:
+    :func:`specbound.theory.tradeoff.over_acceptance`.
+    """
+    if form not in OVER_ACCEPTANCE_FORMS:
+        raise SpecboundError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
+    safe = draft.clamp_min(_tiny(draft))
+    ratio = (target + eps) / safe if form == "additive" else target / safe + eps
+    return torch.where(draft > 0, ratio.clamp(max=1.0), torch.ones_like(ratio))
+
+
+def step_output_bias(*, target: torch.Tensor, draft: torch.Tensor, accept: torch.Tensor,
+                     resample: torch.Tensor) -> torch.Tensor:
+    """Loss_TV(b, P) = TV(draft·b + (1 − β)·P, target), β = Σ draft·b (Yin et al. 2024, Thm 4), over [..., V]."""
+    beta = (draft * accept).sum(dim=-1, keepdim=True)
+    return 0.5 * (draft * accept + (1.0 - beta) * resample - target).abs().sum(dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# acceptance rules: the rejection-based family (Yin et al. 2024, Alg. 2) and its relaxations (§5)
+# ---------------------------------------------------------------------------------------------------
 class AcceptanceRule:
-    """A member of the rejection-based family (Yin et al. 2024, Alg. 2): acceptance b, resampling law.
+    """A member of the rejection-based family (Yin et al. 2024, Alg. 2): acceptance b and resampling law.
 
-    The default methods are standard speculative decoding. Subclasses override :meth:`acceptance`
-    (full-vocabulary b, [..., V]) and, if needed, :meth:`resample_law`; ``lossless`` says whether the
-    output law is the target's (b ≤ min(1, target/draft) with the residual resampling law).
+    The base class is standard SD. Subclasses override :meth:`acceptance` (full-vocabulary b [..., V])
+    and, if needed, :meth:`resample_law`; ``lossless`` says whether the output law is the target's.
     """
 
     lossless: bool = True
     name: str = "standard"
 
-    def acceptance(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
-        ratio = target_probs / draft_probs.clamp_min(torch.finfo(draft_probs.dtype).tiny)
-        return torch.where(draft_probs > 0, ratio.clamp(max=1.0), torch.ones_like(ratio))
+    def acceptance(self, *, target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+        ratio = target / draft.clamp_min(_tiny(draft))
+        return torch.where(draft > 0, ratio.clamp(max=1.0), torch.ones_like(ratio))
 
-    def resample_law(self, target_probs, draft_probs, accept) -> torch.Tensor:
-        return residual_distribution(target_probs, draft_probs, accept)
+    def resample_law(self, *, target: torch.Tensor, draft: torch.Tensor, accept: torch.Tensor) -> torch.Tensor:
+        return residual_distribution(target=target, draft=draft, accept=accept)
+
+    def step_bias(self, *, target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+        """Exact TV bias of one step of this rule at each row [...] (Yin et al. 2024, Thm 4); 0 if lossless."""
+        if self.lossless:
+            return target.new_zeros(target.shape[:-1])
+        accept = self.acceptance(target=target, draft=draft)
+        return step_output_bias(target=target, draft=draft, accept=accept,
+                                resample=self.resample_law(target=target, draft=draft, accept=accept))
+
+    def describe(self) -> str:
+        return self.name
 
 
 STANDARD = AcceptanceRule()
 
 
-@dataclass
-class ChainVerdict:
-    """Outcome of verifying one drafted chain per row."""
-
-    accepted: torch.Tensor       # [B] number of drafted tokens accepted (a prefix of the draft)
-    next_token: torch.Tensor     # [B] recovered or bonus token; -1 when none (no bonus law given)
-    rejected: torch.Tensor       # [B] bool: a drafted token was rejected (next_token is recovered)
-
-
-def verify_chain(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
-                 generator: torch.Generator | None = None, rule: AcceptanceRule = STANDARD) -> ChainVerdict:
-    """Speculative verification of one chain per row (Leviathan et al. 2023; Yin et al. 2024, Alg. 1).
-
-    draft_tokens [B, k]; draft_probs [B, k, V] (the processed laws they were sampled from);
-    target_probs [B, k, V] or [B, k+1, V] (processed target laws before each drafted token and, if
-    given, after the last one, for the bonus token). ``rule`` swaps in another member of the
-    rejection-based family; the default (standard SD) only evaluates b at the drafted tokens.
-    """
-    batch, k = draft_tokens.shape
-    rows = torch.arange(batch)
-    if rule is STANDARD:
-        ratio = acceptance_probability(target_probs[:, :k], draft_probs, draft_tokens)
-    else:
-        accept_all = rule.acceptance(target_probs[:, :k], draft_probs)          # [B, k, V]
-        ratio = accept_all.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)
-    uniforms = torch.rand(ratio.shape, generator=generator, dtype=ratio.dtype)
-    accepted = (uniforms < ratio).to(torch.long).cumprod(dim=-1).sum(dim=-1)
-    rejected = accepted < k
-    has_bonus = target_probs.shape[1] > k
-
-    at = accepted.clamp(max=k - 1)
-    if rule is STANDARD:
-        recovered_law = residual_distribution(target_probs[rows, at], draft_probs[rows, at])
-    else:
-        recovered_law = rule.resample_law(target_probs[rows, at], draft_probs[rows, at], accept_all[rows, at])
-    if has_bonus:
-        law = torch.where(rejected.unsqueeze(-1), recovered_law, target_probs[:, k])
-        next_token = torch.multinomial(law, 1, generator=generator).squeeze(-1)
-    else:
-        next_token = torch.full((batch,), -1, dtype=torch.long)
-        if rejected.any():
-            drawn = torch.multinomial(recovered_law, 1, generator=generator).squeeze(-1)
-            next_token = torch.where(rejected, drawn, next_token)
-    return ChainVerdict(accepted=accepted, next_token=next_token, rejected=rejected)
-
-
-# ---------------------------------------------------------------------------------------------------
-# draft trees: deterministic trees (Pankratov & Alistarh 2026) and sampled multi-draft trees (SpecInfer)
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TreeVerdict:
-    """Outcome of verifying one draft tree (batch 1).
-
-    ``path`` lists the accepted nodes (tree indices, root-to-node); ``next_token`` is the recovered
-    token (``rejected``: the walk stopped at a node that had children) or the bonus token (the walk
-    ended at a leaf), or −1 when the walk ended at a node for which no target law was given.
-    """
-
-    path: list[int]
-    next_token: int
-    rejected: bool
-
-    @property
-    def accepted(self) -> int:
-        """X: the number of accepted drafted tokens (depth of the deepest accepted node)."""
-        return len(self.path)
-
-
-def _tree_layout(tokens, parents, target_probs: torch.Tensor, law_mask) -> tuple[list[int], list[list[int]], list[bool]]:
-    """Validate a tree (tokens [n], parents [n], target_probs [n+1, V], law_mask [n+1]); return
-    (tokens, children per node with the root at slot 0 (node i at slot i+1), has-law per slot)."""
-    toks = torch.as_tensor(tokens, dtype=torch.long).reshape(-1).tolist()
-    pars = [int(p) for p in torch.as_tensor(parents, dtype=torch.long).reshape(-1).tolist()]
-    n = len(toks)
-    if len(pars) != n:
-        raise SpecboundError(f"tree has {n} tokens but {len(pars)} parents")
-    if target_probs.ndim != 2 or target_probs.shape[0] != n + 1:
-        raise SpecboundError(
-            f"target_probs must be [n+1, V] (root law, then the law after each of the n={n} nodes), "
-            f"got shape {tuple(target_probs.shape)}"
-        )
-    vocab = target_probs.shape[1]
-    children: list[list[int]] = [[] for _ in range(n + 1)]
-    for i, (tok, par) in enumerate(zip(toks, pars)):
-        if not -1 <= par < i:
-            raise SpecboundError(f"tree node {i} has parent {par}: parents must precede children (−1 = root)")
-        if not 0 <= tok < vocab:
-            raise SpecboundError(f"tree node {i} has token {tok} outside [0, {vocab})")
-        children[par + 1].append(i)
-    if law_mask is None:
-        has_law = [True] * (n + 1)
-    else:
-        has_law = [bool(x) for x in torch.as_tensor(law_mask, dtype=torch.bool).reshape(-1).tolist()]
-        if len(has_law) != n + 1:
-            raise SpecboundError(f"law_mask must have n+1 = {n + 1} entries, got {len(has_law)}")
-    return toks, children, has_law
-
-
-def verify_tree_deterministic(tokens, parents, target_probs: torch.Tensor, generator: torch.Generator | None = None,
-                              law_mask=None) -> TreeVerdict:
-    """Lossless verification of a *deterministic* draft tree (Pankratov & Alistarh 2026, §1 step 3).
-
-    The tree must be a deterministic function of what the drafter knows (no private randomness),
-    e.g. a best-first tree of the draft's path probabilities or the oracle tree T*(P). Walk from the
-    root: at the current node sample x from the target's processed law; if the node has a child with
-    token x, accept it and move there, else stop — x is the final token (recovered if the node had
-    children, bonus if it is a leaf). Every emitted token is drawn from the target's law given its
-    prefix, so the output law is the target's exactly, and X = max{k : x_1..x_k ∈ T} has mean
-    E[X | T] = Σ_{v∈T} p_target(v) (the tree value of §2).
-
-    ``tokens`` [n] and ``parents`` [n] (−1 = child of the root, parents precede children) describe the
-    tree; sibling tokens must be distinct. ``target_probs`` [n+1, V]: row 0 is the target law at the
-    root (after the last committed token), row i+1 the law after node i. ``law_mask`` [n+1] (bool,
-    optional) marks rows that hold a law; a walk reaching a node without one stops with
-    ``next_token = −1`` (used at the end of a generation budget, where no further token is wanted).
-    """
-    toks, children, has_law = _tree_layout(tokens, parents, target_probs, law_mask)
-    lookup: list[dict[int, int]] = []
-    for slot, kids in enumerate(children):
-        table: dict[int, int] = {}
-        for c in kids:
-            if toks[c] in table:
-                raise SpecboundError(
-                    f"node {slot - 1} has two children with token {toks[c]}: a deterministic draft tree "
-                    "needs distinct sibling tokens"
-                )
-            table[toks[c]] = c
-        lookup.append(table)
-    node, path = -1, []
-    while True:
-        if not has_law[node + 1]:
-            return TreeVerdict(path, -1, False)
-        x = int(torch.multinomial(target_probs[node + 1], 1, generator=generator))
-        child = lookup[node + 1].get(x)
-        if child is None:
-            return TreeVerdict(path, x, bool(children[node + 1]))
-        path.append(child)
-        node = child
-
-
-def verify_tree_multidraft(tokens, parents, draft_probs: torch.Tensor, target_probs: torch.Tensor,
-                           generator: torch.Generator | None = None, law_mask=None) -> TreeVerdict:
-    """Lossless verification of a *sampled* draft tree by recursive rejection sampling.
-
-    Multi-step speculative sampling (SpecInfer, Miao et al. 2024; Chen et al. 2023's rejection
-    sampling applied child by child): the children of a node u were drawn i.i.d. from the draft's
-    processed law draft_u (duplicates allowed). Starting from residual r = target_u, each child x in
-    turn is accepted with probability min(1, r(x)/draft_u(x)) (:func:`acceptance_probability`); on
-    acceptance the walk moves to that child, on rejection r ← [r − draft_u]_+ normalised
-    (:func:`residual_distribution`, the standard residual of Yin et al. 2024, Alg. 1, with r in the
-    target's place) — exactly :func:`recursive_rejection_sampling` (Yin et al. 2024, Alg. 4) over the
-    siblings, which this function calls at every node. If every child is rejected the recovered token is drawn from the final r; at a
-    leaf the bonus token is drawn from the target's law. By induction over the children the emitted
-    token has law target_u, so the output law is the target's at every node. With one child per node
-    this is standard chain speculative decoding.
-
-    ``draft_probs`` [n+1, V]: row 0 is the draft law the root's children were sampled from, row i+1
-    the one node i's children were sampled from (rows of leaves are ignored). Other arguments as in
-    :func:`verify_tree_deterministic`; a node with children must have a target law.
-    """
-    toks, children, has_law = _tree_layout(tokens, parents, target_probs, law_mask)
-    if draft_probs.shape != target_probs.shape:
-        raise SpecboundError(
-            f"draft_probs must have the shape of target_probs {tuple(target_probs.shape)}, got {tuple(draft_probs.shape)}"
-        )
-    draft_probs = draft_probs.to(target_probs.dtype)
-    for slot, kids in enumerate(children):
-        if kids and not has_law[slot]:
-            raise SpecboundError(f"node {slot - 1} has children but no target law (law_mask is False)")
-        for c in kids:
-            if not draft_probs[slot, toks[c]] > 0:
-                raise SpecboundError(
-                    f"child {c} (token {toks[c]}) has draft probability 0 at its parent: children must be "
-                    "sampled from draft_probs"
-                )
-    node, path = -1, []
-    while True:
-        slot, kids = node + 1, children[node + 1]
-        if not kids:
-            if not has_law[slot]:
-                return TreeVerdict(path, -1, False)
-            return TreeVerdict(path, int(torch.multinomial(target_probs[slot], 1, generator=generator)), False)
-        # the siblings are i.i.d. draft candidates at one position: the shared recursive rejection step
-        verdict = recursive_rejection_sampling(torch.tensor([[toks[c] for c in kids]]), draft_probs[slot:slot + 1],
-                                               target_probs[slot:slot + 1], generator)
-        won = int(verdict.accepted[0])
-        if won < 0:
-            return TreeVerdict(path, int(torch.multinomial(verdict.residual[0], 1, generator=generator)), True)
-        node = kids[won]
-        path.append(node)
-
-
-__all__ += ["TreeVerdict", "verify_tree_deterministic", "verify_tree_multidraft"]
-
-
-# ---------------------------------------------------------------------------------------------------
-# batch speculative decoding: recursive rejection over i.i.d. candidates (Yin et al. 2024, Alg. 4)
-# relaxed / biased decoding: Decoding-OPT and Decoding-UNO (Yin et al. 2024, §5, Thm 4/5)
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CandidatesVerdict:
-    """Outcome of recursive rejection sampling over the candidates at one position, per row."""
-
-    accepted: torch.Tensor       # [B] index of the accepted candidate, −1 when every candidate was rejected
-    residual: torch.Tensor       # [B, V] residual law after the rejected candidates; the recovered token's
-                                 # law when accepted == −1 (the target law when nothing was rejected)
-
-
-def recursive_rejection_sampling(candidates: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
-                                 generator: torch.Generator | None = None,
-                                 alive: torch.Tensor | None = None) -> CandidatesVerdict:
-    """Recursive rejection sampling over M i.i.d. draft candidates at one position (Yin et al. 2024, Alg. 4, Thm 3).
-
-    ``candidates`` [B, M] were sampled i.i.d. from ``draft_probs`` [B, V] (the processed draft law at
-    this position); ``target_probs`` [B, V] is the processed target law there. Starting from the
-    residual r = target, candidate m (in index order) is accepted with probability
-    min(1, r(x_m)/draft(x_m)) (:func:`acceptance_probability` with r in the target's place); on
-    rejection r ← [r − draft]_+ normalised (:func:`residual_distribution`). The first accepted
-    candidate wins; if all are rejected the caller draws the recovered token from the returned
-    residual r^M. The emitted token then has the target's law exactly, and all M are rejected with
-    probability ρ_M = Π_k TV(draft, r^k) (Thm 3; NumPy twin :func:`specbound.theory.residual_chain`).
-
-    ``alive`` [B, M] (bool, optional) restricts the test to some candidates (design A's prefix-tree
-    walk: only candidates that agree with the accepted prefix, which are i.i.d. draft samples given it).
-    One uniform is drawn per candidate slot and row, whether or not the slot is tested.
-    """
-    if candidates.ndim != 2 or draft_probs.ndim != 2 or target_probs.shape != draft_probs.shape \
-            or candidates.shape[0] != draft_probs.shape[0]:
-        raise SpecboundError(
-            f"recursive_rejection_sampling needs candidates [B, M] and draft/target laws [B, V]; got "
-            f"{tuple(candidates.shape)}, {tuple(draft_probs.shape)}, {tuple(target_probs.shape)}"
-        )
-    batch, m = candidates.shape
-    if alive is not None and tuple(alive.shape) != (batch, m):
-        raise SpecboundError(f"alive must be [B, M] = {(batch, m)}, got {tuple(alive.shape)}")
-    draft_probs = draft_probs.to(target_probs.dtype)
-    residual = target_probs
-    accepted = torch.full((batch,), -1, dtype=torch.long)
-    for j in range(m):
-        testing = accepted < 0
-        if alive is not None:
-            testing = testing & alive[:, j]
-        uniforms = torch.rand((batch,), generator=generator, dtype=residual.dtype)
-        if not bool(testing.any()):
-            continue
-        ratio = acceptance_probability(residual, draft_probs, candidates[:, j])
-        ok = testing & (uniforms < ratio)
-        accepted = torch.where(ok, torch.full_like(accepted, j), accepted)
-        rejected = testing & ~ok
-        if bool(rejected.any()):
-            residual = torch.where(rejected.unsqueeze(-1), residual_distribution(residual, draft_probs), residual)
-    return CandidatesVerdict(accepted=accepted, residual=residual)
-
-
-def over_acceptance_probability(target_probs: torch.Tensor, draft_probs: torch.Tensor, eps: float,
-                                form: str = "additive") -> torch.Tensor:
-    """Full-vocabulary over-acceptance b ≥ min(1, target/draft) (Yin et al. 2024, §5; Thm 5).
-
-    ``form="additive"`` (default): b = min(1, (target + ε)/draft); ``form="ratio"``: b = min(1,
-    target/draft + ε) (yin2024.md §6 open point 2). b = 1 where the draft has no mass (such a token
-    is never drafted). ε = 0 is standard SD. The single torch home of this formula; its NumPy twin
-    :func:`specbound.theory.tradeoff.over_acceptance` is cross-checked in the tests.
-    """
-    if form not in OVER_ACCEPTANCE_FORMS:
-        raise SpecboundError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
-    safe = draft_probs.clamp_min(torch.finfo(draft_probs.dtype).tiny)
-    ratio = (target_probs + eps) / safe if form == "additive" else target_probs / safe + eps
-    return torch.where(draft_probs > 0, ratio.clamp(max=1.0), torch.ones_like(ratio))
-
-
-def step_output_bias(target_probs: torch.Tensor, draft_probs: torch.Tensor, accept: torch.Tensor,
-                     resample: torch.Tensor) -> torch.Tensor:
-    """Loss_TV(b, P) = TV(draft·b + (1 − β)·P, target), β = Σ draft·b: the bias of one rejection step.
-
-    Yin et al. 2024, Thm 4. The output law of a step that accepts a drafted token with probability b
-    and otherwise draws from P is draft·b + (1 − β)·P; for P = P* (Decoding-OPT) this TV equals
-    Σ[b·draft − target]_+, for P = target (Decoding-UNO) ½Σ|draft·b − β·target|. Over [..., V].
-    """
-    beta = (draft_probs * accept).sum(dim=-1, keepdim=True)
-    law = draft_probs * accept + (1.0 - beta) * resample
-    return 0.5 * (law - target_probs).abs().sum(dim=-1)
-
-
 class RelaxedAcceptance(AcceptanceRule):
-    """Over-accepting (biased) member of the rejection-based family (Yin et al. 2024, §5, Thm 4/5).
+    """Over-accepting (biased) rule (Yin et al. 2024, §5, Thm 4/5): b = :func:`over_acceptance_probability`.
 
-    b = :func:`over_acceptance_probability` (ε, ``form``); subclasses choose the resampling law.
-    Fewer rejections than standard SD (1 − Σ draft·b), at a TV bias per step of
-    :meth:`step_bias`; for Decoding-OPT the two add up to TV(draft, target) (Thm 5).
+    Fewer rejections than standard SD (1 − Σ draft·b) at a TV bias per step of :meth:`step_bias`;
+    for Decoding-OPT the two add up to TV(draft, target) (Thm 5).
     """
 
     lossless = False
@@ -374,38 +144,275 @@ class RelaxedAcceptance(AcceptanceRule):
             raise SpecboundError(f"over-acceptance form must be one of {OVER_ACCEPTANCE_FORMS}, got {form!r}")
         self.eps, self.form = float(eps), form
 
-    def acceptance(self, target_probs, draft_probs) -> torch.Tensor:
-        return over_acceptance_probability(target_probs, draft_probs, self.eps, self.form)
-
-    def step_bias(self, target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
-        """Exact TV bias of this rule's one-step output law at each row [...] (Yin et al. 2024, Thm 4)."""
-        accept = self.acceptance(target_probs, draft_probs)
-        return step_output_bias(target_probs, draft_probs, accept, self.resample_law(target_probs, draft_probs, accept))
+    def acceptance(self, *, target, draft):
+        return over_acceptance_probability(target=target, draft=draft, eps=self.eps, form=self.form)
 
     def describe(self) -> str:
         return f"{self.name}(eps={self.eps:g}, {self.form})"
 
 
 class DecodingOPT(RelaxedAcceptance):
-    """Decoding-OPT: over-acceptance b, resampling from the optimal P* = [target − b·draft]_+ normalised
-    (Yin et al. 2024, Thm 4: the least TV bias Σ[b·draft − target]_+ for this b). P* is exactly
-    :func:`residual_distribution` with ``accept = b`` (the inherited :meth:`resample_law`)."""
+    """Decoding-OPT: over-acceptance b, resampling from P* = [target − b·draft]_+ normalised
+    (Yin et al. 2024, Thm 4: the least TV bias Σ[b·draft − target]_+ for this b)."""
 
     name = "opt"
 
 
 class DecodingUNO(RelaxedAcceptance):
-    """Decoding-UNO: the same over-acceptance b as OPT (same rejection rate), resampling from the
-    target itself (Yin et al. 2024, §5): bias ½Σ|draft·b − β·target| ≥ OPT's."""
+    """Decoding-UNO: the same b as OPT (same rejections), resampling from the target itself
+    (Yin et al. 2024, §5): bias ½Σ|draft·b − β·target| ≥ OPT's."""
 
     name = "uno"
 
-    def resample_law(self, target_probs, draft_probs, accept) -> torch.Tensor:
-        return target_probs
+    def resample_law(self, *, target, draft, accept):
+        return target
 
 
 RELAXATIONS = {"opt": DecodingOPT, "uno": DecodingUNO}
 
 
-__all__ += ["CandidatesVerdict", "DecodingOPT", "DecodingUNO", "RELAXATIONS", "RelaxedAcceptance",
-            "over_acceptance_probability", "recursive_rejection_sampling", "step_output_bias"]
+def parse_relaxation(relaxation) -> AcceptanceRule:
+    """``None`` → standard SD; ``(name, eps)`` / ``(name, eps, form)`` or "opt:0.1" → a relaxed rule.
+
+    ``name`` is "opt" (Decoding-OPT) or "uno" (Decoding-UNO); ``eps`` ≥ 0; ``form`` "additive"
+    (default, b = min(1, (target+ε)/draft)) or "ratio" (b = min(1, target/draft + ε)).
+    """
+    if relaxation is None:
+        return STANDARD
+    if isinstance(relaxation, AcceptanceRule):
+        return relaxation
+    if isinstance(relaxation, str):
+        parts = relaxation.split(":")
+        if len(parts) in (2, 3):
+            try:
+                relaxation = (parts[0], float(parts[1]), *parts[2:])
+            except ValueError:
+                pass
+    if isinstance(relaxation, str) or not isinstance(relaxation, (tuple, list)) or len(relaxation) not in (2, 3):
+        raise SpecboundError(
+            f"relaxation must be None, 'name:eps[:form]' or a tuple (name, eps[, form]) with name in "
+            f"{sorted(RELAXATIONS)}, e.g. ('opt', 0.1) or 'opt:0.1'; got {relaxation!r}"
+        )
+    name, eps, *rest = relaxation
+    key = name.lower() if isinstance(name, str) else name
+    if key not in RELAXATIONS:
+        raise SpecboundError(f"unknown relaxation {name!r}: use one of {sorted(RELAXATIONS)} (Decoding-OPT / -UNO)")
+    try:
+        eps = float(eps)
+    except (TypeError, ValueError):
+        raise SpecboundError(f"relaxation eps must be a number >= 0, got {eps!r}") from None
+    return RELAXATIONS[key](eps, rest[0] if rest else "additive")
+
+
+# ---------------------------------------------------------------------------------------------------
+# recursive rejection sampling over i.i.d. candidates at one position (Yin et al. 2024, Alg. 4, Thm 3)
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class CandidatesVerdict:
+    """Per row: index of the accepted candidate (−1: all rejected), the residual law after the
+    rejected ones (the recovered token's law when all were rejected), and P(all rejected | candidates)."""
+
+    accepted: torch.Tensor       # [B]
+    residual: torch.Tensor       # [B, V]
+    all_rejected: torch.Tensor   # [B]
+
+
+def recursive_rejection_sampling(candidates: torch.Tensor, *, target: torch.Tensor, draft: torch.Tensor,
+                                 generator: torch.Generator | None = None,
+                                 alive: torch.Tensor | None = None) -> CandidatesVerdict:
+    """Recursive rejection sampling over M i.i.d. draft candidates at one position (Yin et al. 2024, Alg. 4, Thm 3).
+
+    ``candidates`` [B, M] were sampled i.i.d. from ``draft`` [B, V]; ``target`` [B, V]. Starting from
+    r = target, candidate m (in index order) is accepted with probability min(1, r(x_m)/draft(x_m));
+    on rejection r ← [r − draft]_+ normalised. The emitted token has the target's law exactly, and
+    all M are rejected with probability ρ_M = Π_k TV(draft, r^k) (NumPy twin:
+    :func:`specbound.theory.residual_chain`). ``alive`` [B, M] restricts the test to some candidates
+    (design A). One uniform is drawn per candidate slot and row, tested or not.
+    """
+    if candidates.ndim != 2 or draft.ndim != 2 or target.shape != draft.shape or candidates.shape[0] != draft.shape[0]:
+        raise SpecboundError(
+            f"recursive_rejection_sampling needs candidates [B, M] and target/draft laws [B, V]; got "
+            f"{tuple(candidates.shape)}, {tuple(target.shape)}, {tuple(draft.shape)}"
+        )
+    batch, m = candidates.shape
+    if alive is not None and tuple(alive.shape) != (batch, m):
+        raise SpecboundError(f"alive must be [B, M] = {(batch, m)}, got {tuple(alive.shape)}")
+    draft = draft.to(target.dtype)
+    residual = target
+    accepted = torch.full((batch,), -1, dtype=torch.long, device=target.device)
+    all_rejected = torch.ones(batch, dtype=target.dtype, device=target.device)
+    for j in range(m):
+        testing = accepted < 0
+        if alive is not None:
+            testing = testing & alive[:, j]
+        uniforms = torch.rand((batch,), generator=generator, dtype=residual.dtype, device=residual.device)
+        if not bool(testing.any()):
+            continue
+        ratio = acceptance_probability(target=residual, draft=draft, tokens=candidates[:, j])
+        all_rejected = torch.where(testing, all_rejected * (1 - ratio), all_rejected)
+        ok = testing & (uniforms < ratio)
+        accepted = torch.where(ok, torch.full_like(accepted, j), accepted)
+        rejected = testing & ~ok
+        if bool(rejected.any()):
+            residual = torch.where(rejected.unsqueeze(-1), residual_distribution(target=residual, draft=draft), residual)
+    return CandidatesVerdict(accepted=accepted, residual=residual, all_rejected=all_rejected)
+
+
+# ---------------------------------------------------------------------------------------------------
+# THE entry
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Verdict:
+    """Outcome of verifying one draft tree.
+
+    ``path``: accepted nodes (tree indices, root → node); X = len(path). ``next_token``: recovered
+    (``ended == "recovered"``) or bonus (``"bonus"``) token, −1 when the walk reached a node without a
+    target law (``"budget"``: the generation budget ends there). Per tested depth (the depths where
+    drafted tokens were checked, len(path) + 1 if recovered else len(path)): ``accept_probs`` — the
+    probability that some drafted token at that depth is accepted, given the drafted tokens — and
+    ``bias`` — the exact TV distance between the step's output law and the target's (0 if lossless).
+    """
+
+    path: list[int]
+    next_token: int
+    ended: str
+    accept_probs: list[float] = field(default_factory=list)
+    bias: list[float] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        return len(self.path)
+
+    @property
+    def rejected(self) -> bool:
+        return self.ended == "recovered"
+
+
+def _draw(law: torch.Tensor, generator) -> int:
+    return int(torch.multinomial(law, 1, generator=generator))
+
+
+def verify(tree: DraftTree, target_probs: torch.Tensor, law_mask: torch.Tensor | None = None,
+           rule: AcceptanceRule = STANDARD, generator: torch.Generator | None = None) -> Verdict:
+    """Lossless (or, with a relaxed ``rule``, deliberately biased) verification of one draft tree.
+
+    ``target_probs`` [n+1, V]: the target's processed law at the root (row 0) and after node i (row
+    i+1). ``law_mask`` [n+1] (bool, optional) marks rows that hold a law; a walk reaching a node
+    without one ends with ``"budget"``. A non-standard ``rule`` needs a sampled chain (the
+    rejection-based family of Yin et al. 2024 is defined one draft per position).
+    """
+    n = len(tree)
+    if target_probs.ndim != 2 or target_probs.shape[0] != n + 1:
+        raise SpecboundError(f"target_probs must be [n+1, V] = [{n + 1}, V] for a tree of {n} nodes, "
+                             f"got {tuple(target_probs.shape)}")
+    vocab = target_probs.shape[1]
+    if n and (int(tree.tokens.min()) < 0 or int(tree.tokens.max()) >= vocab):
+        raise SpecboundError(f"draft tree has token ids outside [0, {vocab})")
+    has_law = [True] * (n + 1) if law_mask is None else [bool(x) for x in law_mask.reshape(-1).tolist()]
+    if len(has_law) != n + 1:
+        raise SpecboundError(f"law_mask must have n+1 = {n + 1} entries, got {len(has_law)}")
+    if not has_law[0]:
+        raise SpecboundError("verify needs the target law at the root (law_mask[0] is False)")
+    for parent in set(tree.parents.tolist()):
+        if not has_law[parent + 1]:
+            raise SpecboundError(f"draft tree node {parent} has children but no target law (law_mask is False)")
+    if rule is not STANDARD and not (tree.sampled and tree.is_chain()):
+        raise SpecboundError(f"the {rule.describe()} rule applies to a sampled draft chain (one draft per position), "
+                             "not to trees or batch drafts")
+    if n == 0:
+        return Verdict([], _draw(target_probs[0], generator), "bonus")
+    if tree.sampled:
+        draft_probs = tree.draft_probs.to(device=target_probs.device, dtype=target_probs.dtype)
+        if draft_probs.shape != target_probs.shape:
+            raise SpecboundError(f"draft_probs {tuple(draft_probs.shape)} must match target_probs "
+                                 f"{tuple(target_probs.shape)}")
+        at_parent = draft_probs[tree.parents.to(draft_probs.device) + 1, tree.tokens.to(draft_probs.device)]
+        if not bool((at_parent > 0).all()):
+            bad = int((at_parent <= 0).nonzero()[0])
+            raise SpecboundError(f"draft tree node {bad} (token {int(tree.tokens[bad])}) has draft probability 0 at "
+                                 "its parent: sampled children must be drawn from draft_probs")
+        if tree.is_chain():
+            return _verify_sampled_chain(tree, draft_probs, target_probs, has_law, rule, generator)
+        return _verify_sampled_tree(tree, draft_probs, target_probs, has_law, generator)
+    return _verify_deterministic(tree, target_probs, has_law, generator)
+
+
+def _verify_sampled_chain(tree, draft_probs, target_probs, has_law, rule, generator) -> Verdict:
+    """Alg. 1 of Yin et al. 2024 along a chain, all positions at once."""
+    k = len(tree)
+    tokens = tree.tokens.to(target_probs.device)
+    targets, drafts = target_probs[:k], draft_probs[:k]       # law before drafted token j
+    if rule is STANDARD:
+        ratio = acceptance_probability(target=targets, draft=drafts, tokens=tokens)
+    else:
+        accept_all = rule.acceptance(target=targets, draft=drafts)
+        ratio = accept_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    uniforms = torch.rand(k, generator=generator, dtype=ratio.dtype, device=ratio.device)
+    ok = (uniforms < ratio).to(torch.long)
+    accepted = int(ok.cumprod(0).sum())
+    tested = min(accepted + 1, k)
+    accept_probs = ratio[:tested].tolist()
+    bias = [0.0] * tested if rule.lossless else rule.step_bias(target=targets[:tested], draft=drafts[:tested]).tolist()
+    path = list(range(accepted))
+    if accepted < k:
+        if rule is STANDARD:
+            law = residual_distribution(target=targets[accepted], draft=drafts[accepted])
+        else:
+            law = rule.resample_law(target=targets[accepted], draft=drafts[accepted], accept=accept_all[accepted])
+        return Verdict(path, _draw(law, generator), "recovered", accept_probs, bias)
+    if not has_law[k]:
+        return Verdict(path, -1, "budget", accept_probs, bias)
+    return Verdict(path, _draw(target_probs[k], generator), "bonus", accept_probs, bias)
+
+
+def _verify_sampled_tree(tree, draft_probs, target_probs, has_law, generator) -> Verdict:
+    """Recursive rejection over the siblings at each depth (batch design B; design A when pooled)."""
+    children = tree.children()
+    tokens = tree.tokens.tolist()
+    token_tensor = tree.tokens.to(target_probs.device)
+    node, alive, path, accept_probs = -1, [-1], [], []
+    while True:
+        kids = [c for a in alive for c in children[a + 1]] if tree.pool_equal_prefixes else children[node + 1]
+        if not kids:
+            if not has_law[node + 1]:
+                return Verdict(path, -1, "budget", accept_probs, [0.0] * len(accept_probs))
+            return Verdict(path, _draw(target_probs[node + 1], generator), "bonus", accept_probs,
+                           [0.0] * len(accept_probs))
+        # siblings (or pooled candidates of design A) are i.i.d. draws from the draft law at the node
+        verdict = recursive_rejection_sampling(token_tensor[kids].unsqueeze(0), target=target_probs[node + 1:node + 2],
+                                               draft=draft_probs[node + 1:node + 2], generator=generator)
+        accept_probs.append(float(1 - verdict.all_rejected[0]))
+        won = int(verdict.accepted[0])
+        if won < 0:
+            return Verdict(path, _draw(verdict.residual[0], generator), "recovered", accept_probs,
+                           [0.0] * len(accept_probs))
+        node = kids[won]
+        path.append(node)
+        if tree.pool_equal_prefixes:    # the accepted node's own ancestors carry the same tokens
+            alive = [c for c in kids if tokens[c] == tokens[node]]
+            path = tree.path_to(node)
+
+
+def _verify_deterministic(tree, target_probs, has_law, generator) -> Verdict:
+    """Target walk down a deterministic tree (Pankratov & Alistarh 2026, §1 step 3)."""
+    children = tree.children()
+    tokens = tree.tokens.tolist()
+    node, path, accept_probs = -1, [], []
+    while True:
+        slot, kids = node + 1, children[node + 1]
+        if not has_law[slot]:
+            return Verdict(path, -1, "budget", accept_probs, [0.0] * len(accept_probs))
+        by_token: dict[int, int] = {}
+        for c in kids:
+            if tokens[c] in by_token:
+                raise SpecboundError(f"draft tree node {node} has two children with token {tokens[c]}: a deterministic "
+                                     "tree needs distinct sibling tokens")
+            by_token[tokens[c]] = c
+        x = _draw(target_probs[slot], generator)
+        if kids:
+            accept_probs.append(float(target_probs[slot, list(by_token)].sum()))
+        child = by_token.get(x)
+        if child is None:
+            return Verdict(path, x, "recovered" if kids else "bonus", accept_probs, [0.0] * len(accept_probs))
+        path.append(child)
+        node = child

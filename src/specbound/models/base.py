@@ -186,8 +186,16 @@ class LanguageModel(ABC):
         return self.cache_length
 
     @abstractmethod
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Read ``tokens`` [1, k] as a chain after the last slot; return next-token logits [1, k, vocab]."""
+    def forward(self, tokens: torch.Tensor, keep_logits: int | None = None) -> torch.Tensor:
+        """Read ``tokens`` [1, k] as a chain after the last slot; return next-token logits [1, k, vocab]
+        (only the last ``keep_logits`` positions when given: a prefill needs none of the others)."""
+
+    def prefill(self, tokens, chunk: int = 512) -> None:
+        """Forget the cache and read ``tokens`` (a list of ids) in chunks, keeping no logits."""
+        self.reset()
+        tokens = [int(t) for t in tokens]
+        for start in range(0, len(tokens), chunk):
+            self.forward(torch.tensor([tokens[start:start + chunk]], dtype=torch.long), keep_logits=1)
 
     @abstractmethod
     def crop(self, length: int) -> None:
@@ -206,8 +214,12 @@ class LanguageModel(ABC):
 
     def keep_path(self, base_length: int, path) -> None:
         """Keep slots ``0..base_length-1`` plus ``path`` (absolute slots forming a chain below slot
-        ``base_length - 1``): the cache becomes that committed chain."""
-        raise NotImplementedError(f"{self.name} does not support tree forwards")
+        ``base_length - 1``): the cache becomes that committed chain. The default serves chain-only
+        backends (a path that continues the chain is a crop)."""
+        path = [int(s) for s in path]
+        if path != list(range(base_length, base_length + len(path))):
+            raise NotImplementedError(f"{self.name} does not support tree forwards")
+        self.crop(base_length + len(path))
 
     @property
     def supports_trees(self) -> bool:

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import SpecboundError
 from ..theory.chains import MarkovChain
-from .base import LanguageModel, tree_depths
+from .base import CacheTree, LanguageModel, ModelInfo
 
 __all__ = ["ChainModel"]
 
@@ -23,46 +23,63 @@ class ChainModel(LanguageModel):
         self.chain = chain
         self.name = name
         self.vocab_size = chain.n_states
+        self.info = ModelInfo(backend="chain", kernels="exact",
+                              max_positions=None if chain.stationary else chain.horizon)
         with np.errstate(divide="ignore"):
             self._log_transitions = torch.from_numpy(np.log(chain.transitions))
-        self._length = 0
+        self.slots = CacheTree(name)
 
     def reset(self) -> None:
-        self._length = 0
+        self.slots.reset()
 
     @property
     def cache_length(self) -> int:
-        return self._length
+        return self.slots.length
+
+    @property
+    def committed_length(self) -> int:
+        return self.slots.chain
 
     def crop(self, length: int) -> None:
-        self._length = self._check_crop(length)
+        self.slots.crop(length)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        k = torch.as_tensor(tokens).shape[-1]
-        return self._read(tokens, torch.arange(self._length, self._length + k))
+    def keep_path(self, base_length: int, path) -> None:
+        self.slots.keep_path(base_length, path)
+
+    def forward(self, tokens: torch.Tensor, keep_logits: int | None = None) -> torch.Tensor:
+        tokens = self._check(tokens)
+        parents = self.slots.chain_parents(tokens.shape[1])
+        logits = self._read(tokens, parents, extend_chain=True)
+        return logits[:, -keep_logits:] if keep_logits else logits
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
-        depths = torch.tensor(tree_depths(parents), dtype=torch.long)
-        return self._read(tokens, self._length + depths - 1)
+        tokens = self._check(tokens)
+        parents = self.slots.check_parents(parents)
+        if tokens.shape[1] != len(parents):
+            raise SpecboundError(f"{self.name}: {tokens.shape[1]} tree tokens but {len(parents)} parents")
+        return self._read(tokens, parents, extend_chain=False)
 
-    def keep_path(self, base_length: int, path: list[int]) -> None:
-        self._length = self._check_crop(base_length) + len(path)
-
-    def _read(self, tokens, positions: torch.Tensor) -> torch.Tensor:
+    def _check(self, tokens) -> torch.Tensor:
         tokens = torch.as_tensor(tokens, dtype=torch.long)
-        if tokens.ndim != 2:
-            raise SpecboundError(f"{self.name}.forward expects tokens [batch, k], got {tuple(tokens.shape)}")
-        k = tokens.shape[1]
-        if k and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+        if tokens.ndim != 2 or tokens.shape[0] != 1:
+            raise SpecboundError(f"{self.name}: expected tokens [1, k], got {tuple(tokens.shape)}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise SpecboundError(f"{self.name}: token ids outside [0, {self.vocab_size})")
+        return tokens
+
+    def _read(self, tokens, parents, extend_chain: bool) -> torch.Tensor:
+        base = self.slots.length
+        positions = []
+        for p in parents:
+            positions.append(0 if p < 0 else (self.slots.position(p) if p < base else positions[p - base]) + 1)
+        if tokens.shape[1] and not self.chain.stationary and max(positions) >= self.chain.horizon:
+            raise SpecboundError(
+                f"{self.name}: position {max(positions)} is beyond the chain's horizon "
+                f"{self.chain.horizon} (it has no law for the token after it)"
+            )
         if self.chain.stationary:
             logits = self._log_transitions[tokens]
         else:
-            if k and int(positions.max()) >= self.chain.horizon:
-                raise SpecboundError(
-                    f"{self.name}: position {int(positions.max())} is beyond the chain's horizon "
-                    f"{self.chain.horizon} (it has no law for the token after it)"
-                )
-            logits = self._log_transitions[positions.unsqueeze(0), tokens]
-        self._length += k
+            logits = self._log_transitions[torch.tensor([positions]), tokens]
+        self.slots.append(parents, extend_chain=extend_chain)
         return logits

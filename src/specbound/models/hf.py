@@ -1,21 +1,18 @@
 """Any Hugging Face ``AutoModelForCausalLM``, unmodified, behind the :class:`LanguageModel` protocol.
 
-The KV cache is a ``transformers.DynamicCache``. Rolling back after a rejection crops every layer
-to the committed length, so no stale entry survives. A draft tree is scored in one forward with a
-4-D attention mask (each node sees the cache and its ancestors) and per-node position ids; keeping
-the accepted path gathers those entries along the sequence axis. No modeling file is forked.
+The KV cache is a ``transformers.DynamicCache`` whose slots follow :class:`~.base.CacheTree`: a
+committed chain, then tree slots. Chain reads pass plain position ids; tree reads pass a 4-D
+attention mask (each node sees the committed chain and its ancestors, cached or in the call) and
+per-node position ids, so a drafter can attach new nodes under any cached node. ``keep_path``
+moves the kept slots next to the committed chain and crops the rest; rollback after a rejection
+is a crop. No modeling file is forked.
 """
 from __future__ import annotations
-
-import os
 
 import torch
 
 from ..errors import SpecboundError
-from .base import LanguageModel, tree_depths
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from .base import CacheTree, LanguageModel, ModelInfo
 
 __all__ = ["HFModel"]
 
@@ -27,10 +24,23 @@ def _output_size(model) -> int:
     return int(model.config.vocab_size)
 
 
-class HFModel(LanguageModel):
-    """Wrap a causal LM (eval mode, inference only). ``tokenizer`` is optional, for text I/O."""
+def _max_positions(config) -> int | None:
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
-    def __init__(self, model, tokenizer=None, name: str | None = None, min_forward_tokens: int = 1):
+
+class HFModel(LanguageModel):
+    """Wrap a causal LM (eval mode, inference only). ``tokenizer`` is optional, for text I/O.
+
+    ``min_forward_tokens`` pads reads shorter than that with copies of their last token whose cache
+    slots are dropped again (the int8 kernel on x86 has a slow one-row path).
+    """
+
+    def __init__(self, model, tokenizer=None, name: str | None = None, min_forward_tokens: int = 1,
+                 info: ModelInfo | None = None):
         from transformers import DynamicCache  # noqa: F401  (fail early if transformers is missing)
 
         if not hasattr(model, "config") or not callable(model):
@@ -40,9 +50,8 @@ class HFModel(LanguageModel):
         self.name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
         self.vocab_size = _output_size(model)
         self.dtype = next(model.parameters()).dtype
-        # Some kernels (int8 dynamic quantisation on x86) have a slow path for one row only: shorter
-        # forwards are padded with copies of their last token, whose cache entries are then cropped.
         self.min_forward_tokens = int(min_forward_tokens)
+        self.info = info or ModelInfo(backend="hf", kernels="eager", max_positions=_max_positions(model.config))
         self.reset()
 
     # ------------------------------------------------------------------ cache
@@ -50,72 +59,109 @@ class HFModel(LanguageModel):
         from transformers import DynamicCache
 
         self.cache = DynamicCache(config=self.model.config)
-        self._length = 0
+        self.slots = CacheTree(self.name)
 
     @property
     def cache_length(self) -> int:
-        return self._length
+        return self.slots.length
+
+    @property
+    def committed_length(self) -> int:
+        return self.slots.chain
+
+    def _cache_tensors(self):
+        for layer in self.cache.layers:
+            keys = getattr(layer, "keys", None)
+            if keys is not None and keys.numel():
+                yield layer
 
     def crop(self, length: int) -> None:
-        length = self._check_crop(length)
-        if length < self._length:
-            self.cache.crop(length - self._length)        # transformers 5: negative = tokens to remove
-            self._length = length
+        old = self.slots.length
+        length = self.slots.crop(length)
+        if length < old:
+            self.cache.crop(length - old)        # transformers 5: negative = slots to remove
 
-    def keep_path(self, base_length: int, path: list[int]) -> None:
-        base_length = self._check_crop(base_length)
-        keep = torch.cat([torch.arange(base_length), base_length + torch.as_tensor(path, dtype=torch.long)])
-        if path and (min(path) < 0 or base_length + max(path) >= self._length):
-            raise SpecboundError(f"{self.name}: path {path} is outside the scored tree")
-        for layer in self.cache.layers:
-            if getattr(layer, "is_sliding", False):
-                raise SpecboundError(f"{self.name}: tree decoding does not support sliding-window caches")
-            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-                continue
-            layer.keys = layer.keys.index_select(-2, keep)
-            layer.values = layer.values.index_select(-2, keep)
-        self._length = len(keep)
+    def keep_path(self, base_length: int, path) -> None:
+        old = self.slots.length
+        kept = self.slots.keep_path(base_length, path)
+        tail = kept[base_length:]
+        if tail and tail != list(range(base_length, base_length + len(tail))):
+            index = torch.as_tensor(tail, dtype=torch.long)
+            dst = slice(base_length, base_length + len(tail))
+            with torch.inference_mode():     # move the kept slots next to the committed chain
+                for layer in self._cache_tensors():
+                    if getattr(layer, "is_sliding", False):
+                        raise SpecboundError(f"{self.name}: tree decoding does not support sliding-window caches")
+                    layer.keys[..., dst, :] = layer.keys.index_select(-2, index)
+                    layer.values[..., dst, :] = layer.values.index_select(-2, index)
+        if len(kept) < old:
+            self.cache.crop(len(kept) - old)
 
     # ------------------------------------------------------------------ forwards
-    def _run(self, tokens: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _check_tokens(self, tokens) -> torch.Tensor:
         tokens = torch.as_tensor(tokens, dtype=torch.long)
-        if tokens.ndim != 2:
-            raise SpecboundError(f"{self.name}.forward expects tokens [batch, k], got {tuple(tokens.shape)}")
+        if tokens.ndim != 2 or tokens.shape[0] != 1:
+            raise SpecboundError(f"{self.name}: expected tokens [1, k], got {tuple(tokens.shape)}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise SpecboundError(f"{self.name}: token ids outside [0, {self.vocab_size})")
-        batch = tokens.shape[0]
+        return tokens
+
+    def _check_positions(self, positions: list[int]) -> None:
+        limit = self.info.max_positions
+        if limit is not None and positions and max(positions) >= limit:
+            raise SpecboundError(
+                f"{self.name}: position {max(positions)} is beyond the model's context of {limit} tokens "
+                "(shorten the prompt or --max-new-tokens)"
+            )
+
+    def _run(self, tokens, positions, mask, keep_logits) -> torch.Tensor:
+        kwargs = {"logits_to_keep": keep_logits} if keep_logits else {}
         with torch.inference_mode():
             out = self.model(input_ids=tokens, attention_mask=mask,
-                             position_ids=position_ids.expand(batch, -1),
-                             cache=self.cache, use_cache=True)
-        self._length += tokens.shape[1]
+                             position_ids=torch.as_tensor([positions], dtype=torch.long),
+                             cache=self.cache, use_cache=True, **kwargs)
         return out.logits.float()
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
-        k = tokens.shape[-1]
-        pad = self.min_forward_tokens - k if k else 0
-        if pad > 0:
+    def forward(self, tokens: torch.Tensor, keep_logits: int | None = None) -> torch.Tensor:
+        """Read a chain; ``keep_logits`` = m returns only the last m positions' logits (prefill: 1)."""
+        tokens = self._check_tokens(tokens)
+        k = tokens.shape[1]
+        if not self.slots.is_chain:
+            logits = self.forward_tree(tokens, self.slots.chain_parents(k))
+            return logits[:, -keep_logits:] if keep_logits else logits
+        pad = max(self.min_forward_tokens - k, 0) if k else 0
+        if pad:
             tokens = torch.cat([tokens, tokens[:, -1:].expand(-1, pad)], dim=1)
-        positions = torch.arange(self._length, self._length + k + max(pad, 0)).unsqueeze(0)
-        logits = self._run(tokens, positions, None)
-        if pad > 0:
-            self.crop(self._length - pad)
-            logits = logits[:, :k]
+        start = self.slots.length
+        positions = list(range(start, start + k + pad))
+        self._check_positions(positions)
+        logits = self._run(tokens, positions, None, (keep_logits + pad) if keep_logits else None)
+        self.slots.append(self.slots.chain_parents(k + pad), extend_chain=True)
+        if pad:
+            self.crop(self.slots.length - pad)
+            logits = logits[:, :logits.shape[1] - pad]
         return logits
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
-        depths = tree_depths(parents)
-        n = len(depths)
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
-        if tokens.shape[-1] != n:
-            raise SpecboundError(f"{self.name}: {tokens.shape[-1]} tree tokens but {n} parents")
-        allowed = torch.zeros(n, n, dtype=torch.bool)
-        for i, parent in enumerate(parents):
-            allowed[i, i] = True
-            if parent >= 0:
-                allowed[i] |= allowed[parent]
-        visible = torch.cat([torch.ones(n, self._length, dtype=torch.bool), allowed], dim=1)
+        tokens = self._check_tokens(tokens)
+        parents = self.slots.check_parents(parents)
+        if tokens.shape[1] != len(parents):
+            raise SpecboundError(f"{self.name}: {tokens.shape[1]} tree tokens but {len(parents)} parents")
+        pad = max(self.min_forward_tokens - len(parents), 0) if parents else 0
+        if pad:   # padding repeats the last node as its own sibling; its slot is dropped below
+            tokens = torch.cat([tokens, tokens[:, -1:].expand(-1, pad)], dim=1)
+            parents = parents + [parents[-1]] * pad
+        visible = self.slots.ancestors_mask(parents)
         mask = torch.zeros(visible.shape, dtype=self.dtype).masked_fill_(~visible, torch.finfo(self.dtype).min)
-        positions = (self._length - 1 + torch.tensor(depths, dtype=torch.long)).unsqueeze(0)
-        return self._run(tokens, positions, mask[None, None].expand(tokens.shape[0], 1, -1, -1))
+        base = self.slots.length
+        positions = [0 if p < 0 else self.slots.position(p) + 1 if p < base else None for p in parents]
+        for i, p in enumerate(parents):
+            if positions[i] is None:
+                positions[i] = positions[p - base] + 1
+        self._check_positions(positions)
+        logits = self._run(tokens, positions, mask[None, None], None)
+        self.slots.append(parents)
+        if pad:
+            self.crop(self.slots.length - pad)
+            logits = logits[:, :logits.shape[1] - pad]
+        return logits

@@ -1,0 +1,43 @@
+"""Drafters: small proposers behind the one decoding loop (as Hugging Face's candidate generators).
+
+=============  ===============================================  ============================
+drafter         proposal per round                               verification rule
+=============  ===============================================  ============================
+chain           γ sampled tokens (γ fixed, to the horizon, auto)  sampled chain (Alg. 1)
+batch           M sampled branches (Yin et al. 2024, Alg. 4)      recursive rejection (A / B)
+dynamic         top-P tree by draft path probability              deterministic tree walk
+sampled         i.i.d. sampled children per node                  recursive rejection
+oracle          T*(P) of the target itself                        deterministic tree walk
+=============  ===============================================  ============================
+"""
+from ...errors import SpecboundError
+from .base import DraftCache, Drafter, RoundFeedback
+from .batch import BATCH_DESIGNS, BatchDrafter, check_design, check_drafts
+from .chain import ChainDrafter, check_gamma
+from .oracle import OracleTreeDrafter, TargetLaws, draft_tree_from_optimal
+from .trees import DynamicTreeDrafter, SampledTreeDrafter, check_tree_capacity
+
+__all__ = [
+    "BATCH_DESIGNS", "BatchDrafter", "ChainDrafter", "DraftCache", "Drafter", "DynamicTreeDrafter",
+    "OracleTreeDrafter", "RoundFeedback", "SampledTreeDrafter", "TREE_DRAFTERS", "TargetLaws", "check_design",
+    "check_drafts", "check_gamma", "check_tree_capacity", "draft_tree_from_optimal", "make_tree_drafter",
+]
+
+TREE_DRAFTERS = ("dynamic", "sampled", "chain", "oracle")
+
+
+def make_tree_drafter(name, target, draft, sampling, capacity) -> Drafter:
+    """The tree drafter called ``name`` (one of :data:`TREE_DRAFTERS`) with capacity P = ``capacity``;
+    ``"chain"`` is one sampled chain of P tokens (for comparison with real trees)."""
+    capacity = check_tree_capacity(capacity)
+    if not isinstance(name, str) or name not in TREE_DRAFTERS:
+        raise SpecboundError(f"tree_drafter must be one of {', '.join(map(repr, TREE_DRAFTERS))}, got {name!r}")
+    if name == "oracle":
+        return OracleTreeDrafter(target, sampling, capacity)
+    if draft is None:
+        raise SpecboundError(f"tree_drafter={name!r} needs a draft model (only 'oracle' drafts with the target)")
+    if name == "dynamic":
+        return DynamicTreeDrafter(draft, sampling, capacity)
+    if name == "sampled":
+        return SampledTreeDrafter(draft, sampling, capacity)
+    return SampledTreeDrafter(draft, sampling, capacity, branching=(1,))

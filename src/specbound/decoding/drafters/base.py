@@ -1,0 +1,130 @@
+"""What every drafter shares: the proposer interface and a draft cache that attaches anywhere.
+
+A drafter (as in Hugging Face's candidate generators) turns the committed tokens into one
+:class:`~specbound.decoding.tree.DraftTree` per round; the engine scores it with ONE target pass
+and verifies it; the drafter then hears how the round went (:class:`RoundFeedback`) to fix its
+cache and learn. Drafters never verify and never touch the target's cache (the oracle, which
+reads the target, restores it).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from ...errors import SpecboundError
+from ...models.base import LanguageModel
+from ..sampling import SamplingConfig
+from ..tree import DraftTree
+from ..verify import Verdict
+
+__all__ = ["DraftCache", "Drafter", "RoundFeedback"]
+
+
+@dataclass
+class RoundFeedback:
+    """How one round went: the tree, the verdict, and what it cost."""
+
+    tree: DraftTree
+    verdict: Verdict
+    draft_seconds: float
+    target_seconds: float
+    target_tokens: int          # tokens the target read in its one pass (pending committed + tree nodes)
+
+
+class Drafter(ABC):
+    """Proposes one draft tree per round (a chain is a tree of fan-out 1; M drafts are M root branches)."""
+
+    name: str = "drafter"
+    model: LanguageModel | None = None
+    #: proposes trees that are not chains, so the target must implement ``forward_tree``
+    needs_tree_target: bool = False
+
+    def __init__(self, sampling: SamplingConfig):
+        self.sampling = sampling
+
+    def start(self, target: LanguageModel, prompt: list[int]) -> None:
+        """Before the first round: read the prompt (all but its last token) into the draft model."""
+        if self.model is not None:
+            self.model.prefill(prompt[:-1])
+
+    @abstractmethod
+    def propose(self, committed: list[int], max_depth: int, generator: torch.Generator) -> DraftTree:
+        """A draft tree of depth ≤ ``max_depth`` after ``committed`` (the empty tree = a plain step)."""
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        """After verification: keep the accepted path in the draft cache, learn from the round."""
+
+    def describe(self) -> str:
+        return self.name
+
+
+class DraftCache:
+    """A model's cache seen as committed chain + this round's tree: drafter node id → cache slot.
+
+    :meth:`start` reads the committed tokens the model has not read and returns the logits at the
+    root (the last committed token); :meth:`read` reads nodes whose parents are the root, cached
+    nodes or earlier nodes of the same call — ONE ``forward_tree`` per call, never re-reading an
+    ancestor; :meth:`keep` leaves the committed chain plus the longest cached prefix of the accepted
+    path; :meth:`restore` drops the tree.
+    """
+
+    def __init__(self, model: LanguageModel):
+        self.model = model
+        self.slot: dict[int, int] = {}
+        self.root_slot = -1
+        self.calls = 0
+
+    def start(self, committed: list[int]) -> torch.Tensor:
+        model = self.model
+        model.crop(model.committed_length)
+        have = model.committed_length
+        if have > len(committed):
+            raise SpecboundError(f"internal: {model.name} has read {have} tokens, only {len(committed)} are committed")
+        if have == len(committed):           # everything read: re-read the last token for the root law
+            if have == 0:
+                raise SpecboundError("internal: nothing committed to draft from")
+            have -= 1
+            model.crop(have)
+        logits = model.forward(torch.tensor([committed[have:]], dtype=torch.long), keep_logits=1)[0, -1]
+        self.slot, self.root_slot, self.calls = {}, model.cache_length - 1, 1
+        return logits
+
+    def read(self, nodes: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
+        """Logits [len(nodes), V] after drafter nodes ``nodes`` with ``tokens`` and parent node ids
+        ``parents`` (−1 = root; a parent is cached already or earlier in this call)."""
+        base = self.model.cache_length
+        slots = []
+        for i, (node, parent) in enumerate(zip(nodes, parents)):
+            if parent < 0:
+                slots.append(self.root_slot)
+            elif parent in self.slot:
+                slots.append(self.slot[parent])
+            else:
+                raise SpecboundError(f"internal: parent node {parent} of node {node} was not read")
+            self.slot[node] = base + i
+        batch = torch.tensor([tokens], dtype=torch.long)
+        if self._extends_chain(slots, base):      # a chain continuing the cache: no tree mask needed
+            logits = self.model.forward(batch)[0]
+        else:
+            logits = self.model.forward_tree(batch, slots)[0]
+        self.calls += 1
+        return logits
+
+    def _extends_chain(self, slots: list[int], base: int) -> bool:
+        model = self.model
+        return model.committed_length == base and all(s == base - 1 + i for i, s in enumerate(slots))
+
+    def keep(self, path: list[int]) -> None:
+        kept = []
+        for node in path:
+            if node not in self.slot:
+                break
+            kept.append(self.slot[node])
+        self.model.keep_path(self.root_slot + 1, kept)
+        self.slot = {}
+
+    def restore(self) -> None:
+        self.model.crop(self.root_slot + 1)
+        self.slot = {}

@@ -1,0 +1,167 @@
+"""Draft-tree proposers built from a draft model (Pankratov & Alistarh 2026, §1–§2).
+
+* :class:`DynamicTreeDrafter` — a deterministic tree: the P continuations with the largest draft path
+  probability (EAGLE-2's dynamic tree; the draft's own version of the optimal tree T*(P)), expanded
+  level by level: ONE draft call per depth reads every node of that depth that can still enter the
+  tree, so a tree of depth d costs d draft calls. Verified by the deterministic-tree rule.
+* :class:`SampledTreeDrafter` — children sampled i.i.d. from the draft law at their parent
+  (SpecInfer-style), one draft call per level; verified by recursive rejection over siblings.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+import torch
+
+from ...errors import SpecboundError, positive_int
+from ...models.base import LanguageModel
+from ..sampling import SamplingConfig, logits_to_probs
+from ..tree import DraftTree
+from .base import DraftCache, Drafter, RoundFeedback
+
+__all__ = ["DynamicTreeDrafter", "SampledTreeDrafter", "check_tree_capacity"]
+
+
+def check_tree_capacity(capacity) -> int:
+    """Capacity P (drafted tree nodes per round): an integer ≥ 1, bools rejected."""
+    return positive_int(capacity, "tree (capacity P, drafted nodes per round)")
+
+
+class _ModelTreeDrafter(Drafter):
+    needs_tree_target = True
+
+    def __init__(self, model: LanguageModel, sampling: SamplingConfig, capacity: int):
+        super().__init__(sampling)
+        if not isinstance(model, LanguageModel):
+            raise SpecboundError(f"the {self.name} tree drafter needs a draft LanguageModel, got {type(model).__name__}")
+        if not model.supports_trees:
+            raise SpecboundError(f"{model.name} does not implement forward_tree/keep_path, which tree drafting needs")
+        self.model, self.capacity = model, check_tree_capacity(capacity)
+        self.cache = DraftCache(model)
+        self._internal: list[int] = []        # tree node -> drafter node id used in the cache
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        self.cache.keep([self._internal[i] for i in feedback.verdict.path])
+
+    def describe(self) -> str:
+        return f"{self.name} tree(P={self.capacity})"
+
+
+class DynamicTreeDrafter(_ModelTreeDrafter):
+    """Best-first draft tree by draft path probability q(v) = Π q(v_i | v_<i), level-batched.
+
+    At depth d the nodes of depth d that rank among the P best nodes known so far are read in ONE
+    draft call (at most ``width`` of them; ``width=None`` reads all, which reproduces the exact
+    best-first top-P tree — a node outside the current top-P can never have a child inside the final
+    one). The tree is a deterministic function of the draft's laws, so it is verified by the
+    deterministic-tree rule and the output law is the target's. Ranking uses the draft's processed
+    law; at temperature 0 (one-hot laws) the temperature-1 law with the same top-k/top-p, so the tree
+    keeps alternatives. ``max_children`` caps children per node.
+    """
+
+    name = "dynamic"
+
+    def __init__(self, model: LanguageModel, sampling: SamplingConfig, capacity: int, width: int | None = None,
+                 max_children: int | None = None):
+        super().__init__(model, sampling, capacity)
+        self.width = None if width is None else positive_int(width, "width (nodes expanded per draft call)")
+        self.max_children = None if max_children is None else positive_int(max_children, "max_children")
+        self.rank_config = SamplingConfig(1.0, sampling.top_k, sampling.top_p) if sampling.greedy else sampling
+        self.last_scores: list[float] = []    # draft path probability of each node of the last tree
+
+    def _children(self, logits: torch.Tensor, limit: int) -> tuple[list[float], list[int]]:
+        probs = logits_to_probs(logits, self.rank_config, self.model.name)
+        k = min(limit, probs.shape[-1])
+        values, order = torch.topk(probs, k)
+        keep = values > 0
+        return values[keep].tolist(), order[keep].tolist()
+
+    def propose(self, committed, max_depth, generator):
+        cap = self.capacity
+        limit = min(cap, self.max_children or cap)
+        # node records: (score S = −ln q(v), depth, creation id); tokens / parents by id
+        tok, par, score, depth = [], [], [], []
+
+        def add_children(parent: int, s: float, d: int, logits: torch.Tensor) -> None:
+            for p, t in zip(*self._children(logits, limit)):
+                tok.append(t)
+                par.append(parent)
+                score.append(s - math.log(p))
+                depth.append(d + 1)
+
+        add_children(-1, 0.0, 0, self.cache.start(committed))
+        for d in range(1, max_depth):
+            top = heapq.nsmallest(cap, range(len(tok)), key=lambda i: (score[i], depth[i], i))
+            level = [i for i in top if depth[i] == d]
+            if self.width is not None:
+                level = level[:self.width]
+            if not level:
+                break
+            rows = self.cache.read(level, [tok[i] for i in level], [par[i] for i in level])
+            for node, row in zip(level, rows):
+                add_children(node, score[node], d, row)
+        chosen = sorted(heapq.nsmallest(cap, range(len(tok)), key=lambda i: (score[i], depth[i], i)),
+                        key=lambda i: (depth[i], score[i], i))
+        index = {node: j for j, node in enumerate(chosen)}
+        self._internal = chosen
+        self.last_scores = [math.exp(-score[i]) for i in chosen]
+        return DraftTree([tok[i] for i in chosen], [index[par[i]] if par[i] >= 0 else -1 for i in chosen],
+                         draft_calls=self.cache.calls)
+
+
+class SampledTreeDrafter(_ModelTreeDrafter):
+    """Children sampled i.i.d. (with replacement) from the draft's processed law at their parent.
+
+    Level by level: every node at depth d gets ``branching[d]`` children (the last entry repeats)
+    until P nodes are drafted or the depth budget is reached; child counts never depend on the
+    children's tokens, so recursive rejection over siblings keeps the output law the target's. One
+    draft call per level. ``branching=(1,)`` is a sampled chain of P tokens (chain SD with γ = P).
+    """
+
+    name = "sampled"
+
+    def __init__(self, model: LanguageModel, sampling: SamplingConfig, capacity: int, branching=(2, 2, 1)):
+        super().__init__(model, sampling, capacity)
+        if isinstance(branching, (int, np.integer)):
+            branching = (branching,)
+        try:
+            branching = tuple(branching)
+        except TypeError:
+            raise SpecboundError(f"branching must be a sequence of integers >= 1, got {branching!r}") from None
+        if not branching:
+            raise SpecboundError("branching must list at least one child count")
+        self.branching = tuple(positive_int(b, "each branching entry") for b in branching)
+        if self.branching == (1,):
+            self.name = "chain"
+
+    def propose(self, committed, max_depth, generator):
+        cap = self.capacity
+        root = logits_to_probs(self.cache.start(committed), self.sampling, self.model.name)
+        laws = {-1: root}
+        tokens: list[int] = []
+        parents: list[int] = []
+        level, depth = [-1], 0
+        while level and len(tokens) < cap and depth < max_depth:
+            b = self.branching[min(depth, len(self.branching) - 1)]
+            nxt: list[int] = []
+            for u in level:
+                k = min(b, cap - len(tokens))
+                if k <= 0:
+                    break
+                for t in torch.multinomial(laws[u], k, replacement=True, generator=generator).tolist():
+                    nxt.append(len(tokens))
+                    tokens.append(int(t))
+                    parents.append(u)
+            depth += 1
+            if not nxt or len(tokens) >= cap or depth >= max_depth:
+                break
+            rows = self.cache.read(nxt, [tokens[i] for i in nxt], [parents[i] for i in nxt])
+            laws.update(zip(nxt, logits_to_probs(rows, self.sampling, self.model.name)))
+            level = nxt
+        draft_probs = root.new_zeros(len(tokens) + 1, root.shape[-1])
+        for node, law in laws.items():
+            draft_probs[node + 1] = law
+        self._internal = list(range(len(tokens)))
+        return DraftTree(tokens, parents, draft_probs, sampled=True, draft_calls=self.cache.calls)
