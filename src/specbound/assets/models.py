@@ -214,7 +214,8 @@ def verify_model(name: str, *, progress: bool = True) -> CacheCheck:
     """
     check = check_converted(name, full=True)
     if check.state == "legacy" and upgrade_legacy(name, progress=progress):
-        return CacheCheck(name, check.directory, "verified", ("manifest written: upgraded a legacy cache",))
+        note = "legacy cache: structure checked, sha256 recorded now (no earlier hashes to compare)"
+        return CacheCheck(name, check.directory, "verified", (note,))
     return check
 
 
