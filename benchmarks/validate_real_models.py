@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from specbound.data.prompts import format_prompt, load_prompts
+from specbound.assets.prompts import format_prompt, load_prompts
 from specbound.decoding import speculative_decode
 from specbound.models.loading import load_model, load_pair
 

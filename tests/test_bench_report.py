@@ -5,7 +5,7 @@ import torch
 
 from helpers import perturbed_copy, tiny_transformer
 from specbound.analysis.bench import BenchConfig, markdown_table, run_bench, write_report
-from specbound.data.prompts import Prompt
+from specbound.assets.prompts import Prompt
 from specbound.models.hf import HFModel
 
 

@@ -124,9 +124,9 @@ def test_fig4_opt_points_on_the_pareto_line_and_uno_above(quick_run):
 
 def test_missing_models_skip_the_llm_table_with_a_note(monkeypatch):
     from specbound.analysis import reproduce_yin
-    from specbound.models import registry
+    from specbound.assets import models
 
-    monkeypatch.setattr(registry, "is_converted", lambda name: False)
+    monkeypatch.setattr(models, "is_converted", lambda name: False)
     out = reproduce_yin.run_table1(reproduce_yin.Settings(quick=True))
     assert out["status"] == "skipped"
     assert "not available" in out["note"] and "qwen2.5-coder-1.5b" in out["note"]

@@ -124,6 +124,9 @@ def main(argv=None) -> int:
     except SpecboundError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:           # clean-up already ran (e.g. a conversion's staging directory)
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

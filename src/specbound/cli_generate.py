@@ -8,18 +8,21 @@ from .errors import SpecboundError
 
 
 def _pick_prompt(args):
-    from .data.prompts import Prompt, load_prompts
+    """The prompt to decode: --prompt text, else prompt --index of --prompt-set (default HumanEval/2)."""
+    from .assets.prompts import Prompt, load_prompts
 
     if args.prompt is not None:
         if not args.prompt.strip():
             raise SpecboundError("--prompt is empty: give some text")
         return Prompt(id="cli", text=args.prompt, kind=args.kind)
-    prompts = load_prompts(args.prompt_set)
     if args.index is None:                 # HumanEval/2 by default; the first prompt of a fallback set
+        prompts = load_prompts(args.prompt_set)
         args.index = 2 if len(prompts) > 2 else 0
-    if not 0 <= args.index < len(prompts):
-        raise SpecboundError(f"--index {args.index} is outside prompt set {args.prompt_set!r} (0..{len(prompts) - 1})")
-    return prompts[args.index]
+        return prompts[args.index]
+    try:
+        return load_prompts(args.prompt_set, limit=1, offset=args.index)[0]
+    except SpecboundError as exc:
+        raise SpecboundError(f"--index {args.index}: {exc}") from None
 
 
 def _gamma(text: str):
@@ -46,7 +49,7 @@ def cmd_generate(args) -> int:
     import torch
     from rich.console import Console
 
-    from .data.prompts import format_prompt
+    from .assets.prompts import format_prompt
     from .decoding import autoregressive_decode, speculative_decode
     from .models.loading import load_pair
 
@@ -144,20 +147,30 @@ def _print_report(r: dict, console) -> None:
 
 
 def cmd_models(args) -> int:
+    """Table of the packaged models: installed?, converted?, cache check (full sha256 with --verify)."""
     from rich.console import Console
     from rich.table import Table
 
-    from .models.registry import list_models
+    from .assets.gguf import rebuild_command
+    from .assets.models import list_models
 
-    table = Table(title="packaged models (convert once into the local cache on first use)")
-    for col in ("name", "role", "packages installed", "converted", "GGUF size", "cache path"):
-        table.add_column(col)
-    for row in list_models():
+    rows = list_models(verify=args.verify)
+    title = "packaged models (converted once into the local cache on first use)"
+    table = Table(title=title + (", sha256 verified" if args.verify else ""))
+    for col in ("name", "role", "packages installed", "converted", "cache check", "GGUF size", "cache path"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        check = row.check.describe() + ("".join(f"; {p}" for p in row.check.problems)
+                                        if row.check.state == "verified" else "")
         table.add_row(row.name, row.role, "yes" if row.installed else "no", "yes" if row.converted else "no",
-                      f"{row.size / 1e6:,.0f} MB", str(row.path))
+                      check, f"{row.size / 1e6:,.0f} MB", str(row.path))
     Console().print(table)
+    for row in rows:
+        if row.check.state == "damaged":
+            print(f"{row.name}: rebuild with {rebuild_command(row.name)}"
+                  + (" (or just load it: it is rebuilt automatically)" if row.installed else ""))
     print("Any local Hugging Face model directory also works: --target /path/to/model")
-    return 0
+    return 1 if any(row.check.state == "damaged" for row in rows) else 0
 
 
 def cmd_bench(args) -> int:
@@ -167,7 +180,7 @@ def cmd_bench(args) -> int:
     from rich.console import Console
 
     from .analysis.bench import BenchConfig, markdown_table, run_bench, write_report
-    from .data.prompts import load_prompts
+    from .assets.prompts import load_prompts
     from .models.loading import load_model, load_pair
 
     console = Console(stderr=True)
@@ -242,5 +255,7 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, default=5, help="repeats per k for --verify-cost (median)")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("models", help="list packaged models and where they are cached")
+    p = sub.add_parser("models", help="list packaged models, where they are cached and whether the cache is intact")
+    p.add_argument("--verify", action="store_true",
+                   help="check the sha256 of every cached file (reads every byte; upgrades caches of older versions)")
     p.set_defaults(func=cmd_models)

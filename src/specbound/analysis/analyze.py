@@ -176,7 +176,7 @@ def stop_token_ids(model) -> set[int]:
 
 def encode_prompts(model, prompts) -> list[list[int]]:
     """Token ids of each prompt as the model would see it (chat template for chat/math sets)."""
-    from ..data.prompts import format_prompt
+    from ..assets.prompts import format_prompt
 
     tok = getattr(model, "tokenizer", None)
     if tok is None:
@@ -686,7 +686,7 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
     (lists of token ids) may replace ``prompts`` (for tokenizer-less test models)."""
     if prompt_ids is None:
         if prompts is None:
-            from ..data.prompts import load_prompts
+            from ..assets.prompts import load_prompts
 
             prompts = load_prompts(set_name, cfg.n_prompts)
         prompt_ids = encode_prompts(target, prompts)
@@ -1084,7 +1084,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     progress = not args.no_progress
     out = Path(args.out or f"runs/analyze-{args.prompts}")
-    from ..data.prompts import load_prompts
+    from ..assets.prompts import load_prompts
 
     prompts = load_prompts(args.prompts, cfg.n_prompts)
     target = load_model(args.target or DEFAULT_TARGET, progress=progress)

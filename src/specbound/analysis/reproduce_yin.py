@@ -495,7 +495,7 @@ def _tracked_rule(method: str, eps: float, form: str):
 def _llm_status() -> tuple[bool, str]:
     """(available, note) for the default real pair; never raises."""
     try:
-        from ..models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
+        from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
     except Exception as exc:  # transformers / torch stack missing
         return False, f"real-model stack not importable ({type(exc).__name__}: {exc})"
     try:
@@ -504,7 +504,7 @@ def _llm_status() -> tuple[bool, str]:
         return False, f"could not check the model cache ({type(exc).__name__}: {exc})"
     if missing:
         return False, (f"real models not available on this machine (not converted: {', '.join(missing)}; "
-                       "run `python -m specbound.models.registry install` / `convert` to enable Table 1)")
+                       "run `python -m specbound.assets convert --install` to enable Table 1)")
     return True, "ok"
 
 
@@ -625,7 +625,7 @@ def run_table1(s: Settings, progress=None, console=None) -> dict:
 def _run_table1(s: Settings, progress=None) -> dict:
     import torch
 
-    from ..data.prompts import format_prompt, load_prompts
+    from ..assets.prompts import format_prompt, load_prompts
     from ..decoding import speculative_decode
     from ..errors import ModelNotAvailable
     from ..models.loading import load_pair

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
+from ..assets.models import DEFAULT_TARGET, load_hf_model
 from ..decoding.policy import measure_forward_costs
 from ..models.fast import prepack_linears
 from ..models.hf import HFModel
-from ..models.registry import DEFAULT_TARGET, load_hf_model
 
 KS = (1, 2, 4, 8, 16, 32, 64)
 CONTEXT = ("def merge_sort(values):\n    \"\"\"Sort a list of numbers with merge sort and return a new list.\n"

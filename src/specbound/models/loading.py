@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
+from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, load_hf_model, model_identity
 from ..errors import SpecboundError
 from .fast import prepack_linears, quantize_int8
 from .hf import HFModel
-from .registry import DEFAULT_DRAFT, DEFAULT_TARGET, load_hf_model
 
 __all__ = ["load_model", "load_pair", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
 
@@ -28,6 +29,8 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     wrapped.vocab_size = vocab
     wrapped.linear_backend = "int8-dynamic" if int8 else ("onednn-prepacked" if prepack else "eager")
     wrapped.load_seconds = time.perf_counter() - t0
+    # content key for cost caches (None for temporary directories: never cached globally)
+    wrapped.info = replace(wrapped.info, identity=model_identity(name_or_path), load_seconds=wrapped.load_seconds)
     return wrapped
 
 
