@@ -7,37 +7,64 @@ import sys
 from .errors import SpecboundError
 
 
+def check_text(text: str, what: str) -> str:
+    """Refuse empty text and text that is not valid UTF-8 (undecodable bytes arrive as surrogates)."""
+    if not text.strip():
+        raise SpecboundError(f"{what} is empty: give some text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecboundError(f"{what} is not valid UTF-8 text") from None
+    return text
+
+
 def _pick_prompt(args):
-    """The prompt to decode: --prompt text, else prompt --index of --prompt-set (default HumanEval/2)."""
+    """The prompt to decode: --prompt text, else prompt --index of --prompt-set (default HumanEval/2).
+    Cheap: reads only the prompt-set file, so bad --prompt-set / --index fail before any model loads."""
     from .assets.prompts import Prompt, load_prompts
 
     if args.prompt is not None:
-        if not args.prompt.strip():
-            raise SpecboundError("--prompt is empty: give some text")
-        return Prompt(id="cli", text=args.prompt, kind=args.kind)
+        return Prompt(id="cli", text=check_text(args.prompt, "--prompt"), kind=args.kind)
     if args.index is None:                 # HumanEval/2 by default; the first prompt of a fallback set
         prompts = load_prompts(args.prompt_set)
-        args.index = 2 if len(prompts) > 2 else 0
-        return prompts[args.index]
+        return prompts[2 if len(prompts) > 2 else 0]
     try:
         return load_prompts(args.prompt_set, limit=1, offset=args.index)[0]
     except SpecboundError as exc:
         raise SpecboundError(f"--index {args.index}: {exc}") from None
 
 
-def _gamma(text: str):
-    if text == "auto":
-        return "auto"
+def _gamma(text):
+    if text is None or text == "auto":
+        return text
+    if text == "horizon":
+        return None
     try:
         value = int(text)
     except ValueError:
-        raise SpecboundError(f"--gamma must be an integer >= 1 or 'auto', got {text!r}") from None
+        raise SpecboundError(f"--gamma must be an integer >= 1, 'auto' or 'horizon', got {text!r}") from None
+    if value < 1:
+        raise SpecboundError(f"--gamma must be an integer >= 1, 'auto' or 'horizon', got {value}")
     return value
 
 
+def draft_spec_from_args(args):
+    """The drafting options as a validated :class:`~specbound.decoding.DraftSpec` (no model needed).
+
+    Default γ: "auto" for a chain, 4 for batch drafts (which need a fixed length), none for trees.
+    """
+    from .decoding import DraftSpec
+
+    gamma = _gamma(args.gamma)
+    if args.gamma is None and args.tree is None:
+        gamma = "auto" if (args.drafts or 1) == 1 else 4
+    return DraftSpec(gamma=gamma, tree=args.tree, tree_drafter=args.tree_drafter, drafts=args.drafts,
+                     design=args.design, relaxation=args.relaxation)
+
+
 def eos_token_ids(model) -> list[int]:
-    """End-of-sequence ids of a Hugging Face model (generation config first, then the tokenizer)."""
-    eos = getattr(getattr(model.model, "generation_config", None), "eos_token_id", None)
+    """End-of-sequence ids of a model (generation config first, then the tokenizer)."""
+    eos = getattr(getattr(getattr(model, "model", None), "generation_config", None), "eos_token_id", None)
     if eos is None and model.tokenizer is not None:
         eos = model.tokenizer.eos_token_id
     if eos is None:
@@ -46,25 +73,23 @@ def eos_token_ids(model) -> list[int]:
 
 
 def cmd_generate(args) -> int:
-    import torch
     from rich.console import Console
 
     from .assets.prompts import format_prompt
-    from .decoding import autoregressive_decode, speculative_decode
+    from .decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
     from .models.loading import load_pair
+    from .runtime import configure_threads
 
-    from .decoding.sampling import SamplingConfig
-
-    console = Console(stderr=True)
-    gamma = _gamma(args.gamma)
-    SamplingConfig(args.temperature, args.top_k, args.top_p)        # validate before loading models
+    console = Console(stderr=True, quiet=args.json)
+    # every cheap argument first: nothing below loads a model before these pass
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    spec = draft_spec_from_args(args)
     if args.max_new_tokens < 1:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    prompt = _pick_prompt(args)
+    configure_threads(args.threads)
     with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
         target, draft = load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32)
-    prompt = _pick_prompt(args)
     text = format_prompt(target.tokenizer, prompt)
     ids = target.tokenizer(text, return_tensors="pt").input_ids
     if ids.shape[1] == 0:
@@ -84,14 +109,18 @@ def cmd_generate(args) -> int:
 
     if not (args.json or args.quiet):
         sys.stdout.write(text if prompt.kind == "code" else f"[{prompt.kind} prompt {prompt.id}]\n")
-    result = speculative_decode(target, draft, ids, args.max_new_tokens, gamma=gamma,
-                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                seed=args.seed, callback=stream,
-                                stop_token_ids=() if args.ignore_eos else eos_token_ids(target))
+    engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule,
+                        () if args.ignore_eos else eos_token_ids(target), make_generator(args.seed))
+    status = 0
+    try:
+        result = engine.run(ids, args.max_new_tokens, callback=stream)
+    except DecodeInterrupted as stop:
+        result, status = stop.result, 130
+        console.print("\n[bold]interrupted[/bold]: metrics of the tokens generated so far")
     if not (args.json or args.quiet):
         sys.stdout.write("\n")
     baseline = None
-    if args.baseline:
+    if args.baseline and status == 0:
         with console.status("plain target decoding for comparison…"):
             baseline = autoregressive_decode(target, ids, result.metrics.new_tokens, temperature=args.temperature,
                                              top_k=args.top_k, top_p=args.top_p, seed=args.seed)
@@ -100,18 +129,19 @@ def cmd_generate(args) -> int:
         print(json.dumps(report, indent=2))
     else:
         _print_report(report, console)
-    return 0
+    return status
 
 
 def _report(result, baseline, target, draft, prompt) -> dict:
     m = result.metrics
-    out = {"target": target.name, "draft": draft.name, "prompt_id": prompt.id, "sampling": result.sampling,
-           "lossless": result.lossless, "new_tokens": m.new_tokens, "tau": m.tau,
-           "target_calls": m.target_calls, "rejections": m.rejections,
-           "acceptance_per_position": m.acceptance_per_position, "tokens_per_second": m.tokens_per_second,
-           "draft_time": m.draft_time, "target_time": m.target_time, "verify_time": m.verify_time,
-           "prefill_time": m.prefill_time, "total_time": m.total_time,
-           "gamma_per_round": m.drafted_per_step, "text_tokens": result.tokens}
+    out = {"target": target.name, "draft": draft.name, "method": result.method, "prompt_id": prompt.id,
+           "sampling": result.sampling, "lossless": result.lossless, "interrupted": m.interrupted,
+           "new_tokens": m.new_tokens, "tau": m.tau, "target_calls": m.target_calls, "rejections": m.rejections,
+           "plain_steps": m.plain_steps, "acceptance_per_position": m.acceptance_per_position,
+           "tokens_per_second": m.tokens_per_second, "draft_time": m.draft_time, "target_time": m.target_time,
+           "verify_time": m.verify_time, "prefill_time": m.prefill_time, "total_time": m.total_time,
+           "drafted_per_round": m.drafted_per_step, "depth_per_round": m.depth_per_step,
+           "expected_bias": m.expected_bias, "text_tokens": result.tokens}
     if baseline is not None:
         b = baseline.metrics
         out["baseline"] = {"tokens_per_second": b.tokens_per_second, "total_time": b.total_time,
@@ -123,20 +153,24 @@ def _report(result, baseline, target, draft, prompt) -> dict:
 def _print_report(r: dict, console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"speculative decoding: {r['target']} ← {r['draft']} ({r['sampling']})", show_header=False)
+    table = Table(title=f"{r['method']}: {r['target']} ← {r['draft']} ({r['sampling']})", show_header=False)
     table.add_column(style="bold")
     table.add_column()
     acc = ", ".join(f"{a:.2f}" for a in r["acceptance_per_position"][:12] if a == a)
-    gammas = r["gamma_per_round"]
+    drafted, depth = r["drafted_per_round"], r["depth_per_round"]
+    rounds = max(len(drafted), 1)
     rows = [
-        ("new tokens", str(r["new_tokens"])),
+        ("new tokens", str(r["new_tokens"]) + ("  (interrupted)" if r["interrupted"] else "")),
         ("τ (tokens per target call)", f"{r['tau']:.2f}  ({r['target_calls']} target calls, {r['rejections']} rejections)"),
-        ("acceptance per draft position", acc or "-"),
-        ("draft length per round", f"mean {sum(gammas) / max(len(gammas), 1):.2f}, plain steps {gammas.count(0)}"),
+        ("acceptance per draft depth", acc or "-"),
+        ("drafted per round", f"mean {sum(drafted) / rounds:.2f} tokens, depth {sum(depth) / rounds:.2f}, "
+                              f"plain steps {r['plain_steps']}"),
         ("tokens/s", f"{r['tokens_per_second']:.2f}"),
         ("time: prefill / draft / target / verify", f"{r['prefill_time']:.2f} / {r['draft_time']:.2f} / "
                                                     f"{r['target_time']:.2f} / {r['verify_time']:.2f} s"),
     ]
+    if not r["lossless"]:
+        rows.append(("expected TV bias (sum over positions)", f"{r['expected_bias']:.4f}  (biased on purpose)"))
     if "baseline" in r:
         rows.append(("plain target decoding", f"{r['baseline']['tokens_per_second']:.2f} tokens/s → speed-up "
                                               f"{r['speedup_vs_target']:.2f}×, identical tokens: "
@@ -220,12 +254,22 @@ def register(sub) -> None:
     p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k | builtin")
     p.add_argument("--index", type=int, default=None, help="prompt index in the set (default 2, HumanEval/2)")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--gamma", default="auto", help="draft length, or 'auto' (cost-model choice per round)")
+    p.add_argument("--gamma", default=None,
+                   help="draft chain length K, 'auto' (cost-model choice per round; the default) or 'horizon'")
+    p.add_argument("--tree", type=int, default=None, metavar="P",
+                   help="draft a tree of at most P nodes per round instead of a chain (Pankratov & Alistarh)")
+    p.add_argument("--tree-drafter", default="dynamic", choices=["dynamic", "sampled", "chain", "oracle"],
+                   help="with --tree: how the tree is drafted (default dynamic: top-P by draft path probability)")
+    p.add_argument("--drafts", type=int, default=None, metavar="M",
+                   help="batch SD: M i.i.d. draft sequences per round (Yin et al. Alg. 4)")
+    p.add_argument("--design", default="B", choices=["A", "B"], help="with --drafts: batch verification design")
+    p.add_argument("--relaxation", default=None, metavar="NAME:EPS[:FORM]",
+                   help="biased over-acceptance decoding, e.g. opt:0.1 or uno:0.1:ratio (Yin et al. §5; NOT lossless)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available to this process)")
     p.add_argument("--eager", action="store_true", help="keep eager linear layers (no oneDNN prepacking)")
     p.add_argument("--draft-fp32", action="store_true",
                    help="keep the draft in fp32 (default: int8 weights, ~3x cheaper per drafted token, "

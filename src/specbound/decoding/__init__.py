@@ -9,7 +9,7 @@ from .drafters import (
     SampledTreeDrafter, TargetLaws, make_tree_drafter,
 )
 from .engine import (
-    DecodeInterrupted, PlainDrafter, Speculator, autoregressive_decode, make_drafter, make_generator,
+    DecodeInterrupted, DraftSpec, PlainDrafter, Speculator, autoregressive_decode, make_generator,
     speculative_decode,
 )
 from .result import DecodeMetrics, DecodeResult, RoundRecord
@@ -25,6 +25,6 @@ __all__ = [
     "DecodingOPT", "DecodingUNO", "DraftCache", "DraftTree", "Drafter", "DynamicTreeDrafter", "OracleTreeDrafter",
     "PlainDrafter", "RelaxedAcceptance", "RoundFeedback", "RoundRecord", "STANDARD", "SampledTreeDrafter", "SamplingConfig",
     "Speculator", "TargetLaws", "Verdict", "acceptance_probability", "autoregressive_decode", "logits_to_probs",
-    "make_drafter", "make_generator", "make_tree_drafter", "over_acceptance_probability", "parse_relaxation",
+    "DraftSpec", "make_generator", "make_tree_drafter", "over_acceptance_probability", "parse_relaxation",
     "recursive_rejection_sampling", "residual_distribution", "speculative_decode",
 ]

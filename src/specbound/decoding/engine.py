@@ -11,20 +11,22 @@ verified but not read (no law after them is needed).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
 from .drafters import (
-    BatchDrafter, ChainDrafter, Drafter, RoundFeedback, check_design, check_drafts, check_gamma, make_tree_drafter,
+    TREE_DRAFTERS, BatchDrafter, ChainDrafter, Drafter, RoundFeedback, check_design, check_drafts, check_gamma,
+    check_tree_capacity, make_tree_drafter,
 )
 from .result import DecodeMetrics, DecodeResult, RoundRecord
 from .sampling import SamplingConfig, logits_to_probs
 from .tree import DraftTree
 from .verify import STANDARD, AcceptanceRule, Verdict, parse_relaxation, verify
 
-__all__ = ["DecodeInterrupted", "PlainDrafter", "Speculator", "autoregressive_decode", "make_drafter",
+__all__ = ["DecodeInterrupted", "DraftSpec", "PlainDrafter", "Speculator", "autoregressive_decode",
            "make_generator", "speculative_decode"]
 
 
@@ -218,24 +220,65 @@ class Speculator:
 # ---------------------------------------------------------------------------------------------------
 # the friendly entries
 # ---------------------------------------------------------------------------------------------------
-def make_drafter(target: LanguageModel, draft: LanguageModel | None, sampling: SamplingConfig, gamma=None,
-                 tree: int | None = None, tree_drafter: str = "dynamic", drafts: int | None = None,
-                 design: str = "B") -> Drafter:
-    """The drafter that :func:`speculative_decode`'s keyword arguments describe (checked before any model call)."""
-    n_drafts, design = check_drafts(drafts), check_design(design)
-    if tree is not None:
-        if n_drafts > 1:
-            raise SpecboundError("tree=P cannot be combined with drafts > 1")
-        if gamma is not None:
-            raise SpecboundError("give either gamma (draft chain length) or tree (draft-tree capacity P), not both")
-        return make_tree_drafter(tree_drafter, target, draft, sampling, tree)
-    if tree_drafter != "dynamic":
-        raise SpecboundError(f"tree_drafter={tree_drafter!r} needs tree=P (the draft-tree capacity)")
-    if draft is None:
-        raise SpecboundError("speculative decoding needs a draft model (or tree=P with tree_drafter='oracle')")
-    if n_drafts > 1:
-        return BatchDrafter(draft, sampling, n_drafts, gamma, design)
-    return ChainDrafter(draft, sampling, check_gamma(gamma))
+@dataclass(frozen=True)
+class DraftSpec:
+    """What to draft, validated without any model (so a CLI can refuse bad options before loading).
+
+    ``gamma`` (int ≥ 1, None = to the horizon, "auto"), ``tree`` (capacity P) with ``tree_drafter``,
+    ``drafts`` (M) with ``design``, ``relaxation`` (Decoding-OPT/-UNO on a chain); see
+    :func:`speculative_decode` for their meaning. :meth:`build` makes the drafter.
+    """
+
+    gamma: object = None
+    tree: int | None = None
+    tree_drafter: str = "dynamic"
+    drafts: int | None = None
+    design: str = "B"
+    relaxation: object = None
+
+    def __post_init__(self):
+        n_drafts = check_drafts(self.drafts)
+        object.__setattr__(self, "design", check_design(self.design))
+        rule = parse_relaxation(self.relaxation)
+        if rule is not STANDARD and (self.tree is not None or n_drafts > 1):
+            raise SpecboundError("relaxation (Decoding-OPT/-UNO) is a one-draft rejection step (Yin et al. 2024 §5): "
+                                 "use it with a drafted chain (no tree=P, drafts=None or 1)")
+        if self.tree is not None:
+            check_tree_capacity(self.tree)
+            if n_drafts > 1:
+                raise SpecboundError("tree=P cannot be combined with drafts > 1")
+            if self.gamma is not None:
+                raise SpecboundError("give either gamma (draft chain length) or tree (draft-tree capacity P), not both")
+            if self.tree_drafter not in TREE_DRAFTERS:
+                raise SpecboundError(f"tree_drafter must be one of {', '.join(map(repr, TREE_DRAFTERS))}, "
+                                     f"got {self.tree_drafter!r}")
+        else:
+            if self.tree_drafter != "dynamic":
+                raise SpecboundError(f"tree_drafter={self.tree_drafter!r} needs tree=P (the draft-tree capacity)")
+            if n_drafts > 1:
+                if self.gamma is not None and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int)
+                                               or self.gamma < 1):
+                    raise SpecboundError(f"gamma (draft length) must be an integer >= 1 or None for batch SD, "
+                                         f"got {self.gamma!r}")
+            else:
+                check_gamma(self.gamma)
+
+    @property
+    def rule(self) -> AcceptanceRule:
+        return parse_relaxation(self.relaxation)
+
+    @property
+    def needs_draft_model(self) -> bool:
+        return not (self.tree is not None and self.tree_drafter == "oracle")
+
+    def build(self, target: LanguageModel, draft: LanguageModel | None, sampling: SamplingConfig) -> Drafter:
+        if self.tree is not None:
+            return make_tree_drafter(self.tree_drafter, target, draft, sampling, self.tree)
+        if draft is None:
+            raise SpecboundError("speculative decoding needs a draft model (or tree=P with tree_drafter='oracle')")
+        if check_drafts(self.drafts) > 1:
+            return BatchDrafter(draft, sampling, self.drafts, self.gamma, self.design)
+        return ChainDrafter(draft, sampling, self.gamma)
 
 
 def speculative_decode(target: LanguageModel, draft: LanguageModel | None, prompt, max_new_tokens: int,
@@ -263,12 +306,9 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
     """
     sampling = SamplingConfig(temperature, top_k, top_p)
     max_new_tokens = check_budget(max_new_tokens)
-    rule = parse_relaxation(relaxation)
-    if rule is not STANDARD and (tree is not None or check_drafts(drafts) > 1):
-        raise SpecboundError("relaxation (Decoding-OPT/-UNO) is a one-draft rejection step (Yin et al. 2024 §5): "
-                             "use it with a drafted chain (no tree=P, drafts=None or 1)")
-    drafter = make_drafter(target, draft, sampling, gamma, tree, tree_drafter, drafts, design)
-    engine = Speculator(target, drafter, sampling, rule, stop_token_ids, make_generator(seed))
+    spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation)
+    engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule, stop_token_ids,
+                        make_generator(seed))
     return engine.run(prompt, max_new_tokens, callback=callback)
 
 

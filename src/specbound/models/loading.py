@@ -20,17 +20,17 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     """
     t0 = time.perf_counter()
     model, tokenizer = load_hf_model(name_or_path, progress=progress)
-    vocab = model.get_output_embeddings().out_features
     if int8:
         quantize_int8(model)
-    elif prepack:
-        prepack_linears(model)
+        kernels = "int8-dynamic"
+    elif prepack and prepack_linears(model):
+        kernels = "onednn-prepacked"
+    else:
+        kernels = "eager"
     wrapped = HFModel(model, tokenizer, name=str(name_or_path), min_forward_tokens=2 if int8 else 1)
-    wrapped.vocab_size = vocab
-    wrapped.linear_backend = "int8-dynamic" if int8 else ("onednn-prepacked" if prepack else "eager")
-    wrapped.load_seconds = time.perf_counter() - t0
-    # content key for cost caches (None for temporary directories: never cached globally)
-    wrapped.info = replace(wrapped.info, identity=model_identity(name_or_path), load_seconds=wrapped.load_seconds)
+    # identity: content key for cost caches (None for temporary directories: never cached globally)
+    wrapped.info = replace(wrapped.info, kernels=kernels, identity=model_identity(name_or_path),
+                           load_seconds=time.perf_counter() - t0)
     return wrapped
 
 
