@@ -12,7 +12,7 @@ def test_theory_json_matches_library(capsys):
     out = json.loads(capsys.readouterr().out)
     target = MarkovChain.random(5, horizon=20, concentration=0.5, seed=3)
     draft = target.perturbed(0.5, seed=4)
-    exact = expected_rejections(draft, target, 20)
+    exact = expected_rejections(target=target, draft=draft, horizon=20)
     assert out["rows"][0]["expected_rejections"] == pytest.approx(exact)
     assert out["rows"][0]["speedup"] == pytest.approx(20 / exact)
     assert out["rows"][1]["expected_rejections"] < exact          # batch drafting helps (Thm 3)

@@ -31,12 +31,12 @@ def cmd_theory(args) -> int:
     for m in args.drafts:
         if m < 1:
             raise SpecboundError(f"--drafts values must be >= 1, got {m}")
-        value = expected_rejections(draft, target, args.horizon) if m == 1 else \
-            batch_expected_rejections(draft, target, args.horizon, m)
+        value = expected_rejections(target=target, draft=draft, horizon=args.horizon) if m == 1 else \
+            batch_expected_rejections(target=target, draft=draft, horizon=args.horizon, drafts=m)
         rows.append({"drafts": m, "expected_rejections": value,
                      "speedup": args.horizon / value if value > 0 else float("inf"),
                      "formula": "Yin et al. Thm 1" if m == 1 else "Yin et al. Thm 3 (design B)"})
-    limit = batch_rejections_limit(draft, target, args.horizon)
+    limit = batch_rejections_limit(target=target, draft=draft, horizon=args.horizon)
     out = {"chain": {"states": args.states, "horizon": args.horizon, "seed": args.seed,
                      "concentration": args.concentration, "draft_noise": args.draft_noise},
            "rows": rows, "batch_limit": {"expected_rejections": limit, "speedup": args.horizon / limit

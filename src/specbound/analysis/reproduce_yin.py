@@ -274,7 +274,7 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
 
     target, draft = fig2_chain(s.seed, s.states, s.horizon, s.concentration, s.draft_noise)
     T = s.horizon
-    exact_sd = expected_rejections(draft, target, T)
+    exact_sd = expected_rejections(target=target, draft=draft, horizon=T)
     raw: dict = {}
     out: dict = {"chain": {"states": s.states, "horizon": T, "concentration": s.concentration,
                            "draft_noise": s.draft_noise, "target_seed": s.seed, "draft_seed": s.seed + 1,
@@ -282,8 +282,9 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
                                            "draft = target.perturbed(draft_noise, seed + 1)"}}
 
     def mc(drafts, design, runs):
-        samples = simulate_batch_rejections(draft, target, T, drafts, design, n_runs=runs,
-                                            seed=np.random.default_rng([s.seed, 11, drafts, ord(design), runs]))
+        samples = simulate_batch_rejections(
+            target=target, draft=draft, horizon=T, drafts=drafts, design=design, n_runs=runs,
+            seed=np.random.default_rng([s.seed, 11, drafts, ord(design), runs]))
         mean, se = _mean_se(samples)
         return samples, {"mean": mean, "se": se, "runs": runs}
 
@@ -297,7 +298,8 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
         task = progress.add_task("Fig. 2 NumPy Monte Carlo", total=len(settings) + 2 * len(s.curve_mc_drafts))
     rows = {}
     for drafts, design in settings:
-        exact = exact_sd if drafts == 1 else batch_expected_rejections(draft, target, T, drafts, design)
+        exact = exact_sd if drafts == 1 else batch_expected_rejections(target=target, draft=draft, horizon=T,
+                                                                       drafts=drafts, design=design)
         samples, stats = mc(drafts, design, s.mc_runs)
         key = "sd" if drafts == 1 else f"M{drafts}{design}"
         raw[key] = samples
@@ -309,9 +311,11 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
         if progress is not None:
             progress.advance(task)
     # Fig. 2c: E[N_rej] against M
-    curve_b = [exact_sd if m == 1 else batch_expected_rejections(draft, target, T, m, "B") for m in s.curve_drafts]
-    curve_a = [exact_sd if m == 1 else batch_expected_rejections(draft, target, T, m, "A") for m in s.curve_drafts]
-    limit = batch_rejections_limit(draft, target, T)
+    curve_b = [exact_sd if m == 1 else batch_expected_rejections(target=target, draft=draft, horizon=T, drafts=m,
+                                                                 design="B") for m in s.curve_drafts]
+    curve_a = [exact_sd if m == 1 else batch_expected_rejections(target=target, draft=draft, horizon=T, drafts=m,
+                                                                 design="A") for m in s.curve_drafts]
+    limit = batch_rejections_limit(target=target, draft=draft, horizon=T)
     points = []
     for design in ("B", "A"):
         for m in s.curve_mc_drafts:
@@ -361,22 +365,22 @@ def run_fig3(s: Settings) -> dict:
     mmax = int(drafts.max())
     out = {"drafts": drafts.tolist(), "bernoulli": [], "uniform": []}
     for a, c in BERNOULLI_PAIRS:
-        closed = bernoulli_batch_improvement(a, c, drafts)
-        _, rho = residual_chain(np.array([1 - a, a]), np.array([1 - c, c]), mmax)
+        closed = bernoulli_batch_improvement(target_p1=c, draft_p1=a, drafts=drafts)
+        _, rho = residual_chain(target=np.array([1 - c, c]), draft=np.array([1 - a, a]), drafts=mmax)
         recursive = rho[1] - rho[drafts]
-        rho_closed = bernoulli_all_reject(a, c, drafts)
+        rho_closed = bernoulli_all_reject(target_p1=c, draft_p1=a, drafts=drafts)
         out["bernoulli"].append({"label": f"a={a:g}, c={c:g}", "draft_p1": a, "target_p1": c, "tv": abs(c - a),
                                  "closed": closed, "recursive": recursive,
                                  "max_abs_diff": float(np.max(np.abs(closed - recursive))),
                                  "max_abs_diff_rho": float(np.max(np.abs(rho_closed - rho[drafts])))})
     for k, m in UNIFORM_PAIRS:
-        closed = uniform_batch_improvement(k, m, drafts)
+        closed = uniform_batch_improvement(target_support=m, draft_support=k, drafts=drafts)
         draft_law = np.full(k, 1.0 / k)
         target_law = np.zeros(k)
         target_law[:m] = 1.0 / m
-        _, rho = residual_chain(draft_law, target_law, mmax)
+        _, rho = residual_chain(target=target_law, draft=draft_law, drafts=mmax)
         recursive = rho[1] - rho[drafts]
-        rho_closed = uniform_all_reject(k, m, drafts)
+        rho_closed = uniform_all_reject(target_support=m, draft_support=k, drafts=drafts)
         out["uniform"].append({"label": f"k={k}, m={m}", "k": k, "m": m, "tv": 1 - m / k,
                                "closed": closed, "recursive": recursive,
                                "max_abs_diff": float(np.max(np.abs(closed - recursive))),
@@ -431,13 +435,13 @@ def run_fig4(s: Settings, progress=None) -> dict:
            "forms": {}, "dense": {}}
     task = progress.add_task("Fig. 4 Pareto + core MC", total=2 * len(eps_points)) if progress is not None else None
     for form in ("additive", "ratio"):
-        front = pareto_front(draft, target, eps_points, form)
-        dense = pareto_front(draft, target, eps_dense, form)
+        front = pareto_front(target=target, draft=draft, eps_grid=eps_points, form=form)
+        dense = pareto_front(target=target, draft=draft, eps_grid=eps_dense, form=form)
         lp = []
         core = []
         for i, eps in enumerate(eps_points):
-            accept = over_acceptance(draft, target, eps, form)
-            lp_loss, _ = lp_minimal_bias(draft, target, accept)
+            accept = over_acceptance(target=target, draft=draft, eps=eps, form=form)
+            lp_loss, _ = lp_minimal_bias(target=target, draft=draft, accept=accept)
             lp.append(lp_loss)
             with _torch_threads(1):
                 core.append(_core_mc(draft, target, eps, form, s.core_mc_rows, seed=s.seed * 1009 + i))
@@ -582,10 +586,10 @@ def _calibrate(target, draft, prompts_ids, s: Settings, forms, progress=None) ->
         positions += len(res.tokens)
         for form in forms:
             for eps in eps_all:
-                b = over_acceptance(d_laws, t_laws, eps, form)
+                b = over_acceptance(target=t_laws, draft=d_laws, eps=eps, form=form)
                 acc[form][eps]["rejection"] += (1.0 - (d_laws * b).sum(-1)).tolist()
-                acc[form][eps]["opt_bias"] += minimal_bias(d_laws, t_laws, b).tolist()
-                acc[form][eps]["uno_bias"] += uno_bias(d_laws, t_laws, b).tolist()
+                acc[form][eps]["opt_bias"] += minimal_bias(target=t_laws, draft=d_laws, accept=b).tolist()
+                acc[form][eps]["uno_bias"] += uno_bias(target=t_laws, draft=d_laws, accept=b).tolist()
         if progress is not None:
             progress.advance(task)
     out = {"prompts": len(prompts_ids), "positions": positions, "forms": {}}

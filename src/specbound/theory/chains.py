@@ -6,6 +6,7 @@ which fixes its horizon T.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +60,15 @@ class MarkovChain:
         return None if self.stationary else self.transitions.shape[0]
 
     def check_horizon(self, horizon: int) -> int:
-        horizon = int(horizon)
+        """``horizon`` as an int T ≥ 0 that this chain can generate to, else a clear error."""
+        if isinstance(horizon, bool) or type(horizon).__name__ == "bool_":
+            raise SpecboundError(f"horizon must be an integer >= 0, got {horizon!r}")
+        try:
+            horizon = operator.index(horizon)
+        except TypeError:
+            raise SpecboundError(
+                f"horizon must be an integer >= 0, got {horizon!r} of type {type(horizon).__name__}"
+            ) from None
         if horizon < 0:
             raise SpecboundError(f"horizon must be >= 0, got {horizon}")
         if self.horizon is not None and horizon > self.horizon:
@@ -143,5 +152,7 @@ class MarkovChain:
         if not 0 <= strength <= 1:
             raise SpecboundError(f"strength must be in [0, 1], got {strength}")
         rng = _rng(seed)
-        noise = rng.dirichlet(np.ones(self.n_states), size=self.transitions.shape[:-1])
-        return MarkovChain(self.initial, (1 - strength) * self.transitions + strength * noise)
+        mixed = rng.dirichlet(np.ones(self.n_states), size=self.transitions.shape[:-1])
+        mixed *= strength                              # in place: one extra array, not three
+        mixed += (1 - strength) * self.transitions
+        return MarkovChain(self.initial, mixed)

@@ -50,8 +50,11 @@ def overlap(a, b) -> np.ndarray:
     return np.minimum(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)).sum(axis=-1)
 
 
-def residual(target, draft, accept=None) -> np.ndarray:
+def residual(*, target, draft, accept=None) -> np.ndarray:
     """Law of the recovered token after a rejection: [target − accept·draft]_+ normalised.
+
+    Keyword-only (``target`` first, then ``draft``): both arrays share a shape, so a positional swap
+    would silently give a wrong law.
 
     With ``accept=None`` the acceptance is the standard min(1, target/draft) and the residual is the
     normalised positive part [target − draft]_+ / TV(draft, target) (Yin et al. 2024, Alg. 1).
