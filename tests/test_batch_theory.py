@@ -10,10 +10,10 @@ from helpers import chi_square_pvalue, encode
 from specbound.errors import SpecboundError
 from specbound.theory import MarkovChain, expected_rejections
 from specbound.theory.rejections import (
-    _design_a_per_position, _simulate_batch, batch_expected_rejections, batch_improvement,
-    batch_rejections_limit, batch_rejections_per_position, batch_round_starts, bernoulli_all_reject,
-    bernoulli_batch_improvement, residual_chain, simulate_batch_rejections, uniform_all_reject,
-    uniform_batch_improvement,
+    _design_a_per_position, _simulate_batch, batch_expected_rejections, batch_expected_target_calls,
+    batch_improvement, batch_rejections_limit, batch_rejections_per_position, batch_round_starts,
+    batch_target_calls_limit, bernoulli_all_reject, bernoulli_batch_improvement, expected_target_calls,
+    residual_chain, simulate_batch_rejections, uniform_all_reject, uniform_batch_improvement,
 )
 from specbound.theory.distributions import tv
 
@@ -119,6 +119,149 @@ def test_support_mismatch_limit():
     assert batch_expected_rejections(target=target, draft=draft, horizon=4, drafts=60) == pytest.approx(limit,
                                                                                                         abs=1e-12)
     assert limit >= 4 * 0.5 - 1e-12
+
+
+# ------------------------------------------------------------------ horizon 0
+
+def test_horizon_zero_gives_zero_or_empty_everywhere():
+    kw = dict(target=TARGET_7, draft=DRAFT_7, horizon=0)
+    assert expected_rejections(**kw) == 0.0
+    assert expected_target_calls(**kw) == 0.0
+    for design in ("A", "B"):
+        assert batch_rejections_per_position(**kw, drafts=3, design=design).shape == (0,)
+        assert batch_expected_rejections(**kw, drafts=3, design=design) == 0.0
+        assert batch_improvement(**kw, drafts=3, design=design) == 0.0
+        assert batch_expected_target_calls(**kw, drafts=3, design=design) == 0.0
+        assert simulate_batch_rejections(**kw, drafts=3, design=design, n_runs=5, seed=0).tolist() == [0] * 5
+    assert batch_rejections_limit(**kw) == 0.0
+    assert batch_target_calls_limit(**kw) == 0.0
+    assert batch_round_starts(**kw, drafts=3).shape == (0, 7)
+    assert batch_round_starts(**kw, drafts=None).shape == (0, 7)
+
+
+# ------------------------------------------------------------------ target calls (rounds) when drafting to T
+
+def _enumerate_rounds(target, draft, horizon, drafts):
+    """(E[#rounds], E[N_rej]) of Alg. 1 (drafts=1) or batch design B, by exhaustive enumeration of every
+    draft sequence and every accept/reject outcome — an independent implementation of the algorithms,
+    not of the formulas. Exponential: tiny S, T, M only."""
+    from functools import lru_cache
+    from itertools import product
+
+    states = target.n_states
+
+    def accept_prob(resid, draft_row, y):
+        return 1.0 if draft_row[y] <= resid[y] else resid[y] / draft_row[y]
+
+    def chain_rest(t, prev, rest):
+        """Alg. 1 along one draft sequence from position t (x_{t-1} = prev); returns (rounds, rejections)."""
+        if t > horizon:
+            return 0.0, 0.0                              # position T accepted: the round ends, no rejection
+        target_row, draft_row = target.transition(t - 1)[prev], draft.transition(t - 1)[prev]
+        a = accept_prob(target_row, draft_row, rest[0])
+        rounds = rejections = 0.0
+        if a > 0:
+            r, k = chain_rest(t + 1, rest[0], rest[1:])
+            rounds, rejections = a * r, a * k
+        if a < 1:
+            excess = np.clip(target_row - draft_row, 0, None)
+            resid = excess / excess.sum()
+            r, k = after_rejection(t, resid)
+            rounds, rejections = rounds + (1 - a) * r, rejections + (1 - a) * k
+        return rounds, rejections
+
+    def after_rejection(t, resid):
+        rounds, rejections = 0.0, 1.0
+        for z in range(states):
+            if resid[z] > 0:
+                r, k = round_from(t + 1, z)
+                rounds, rejections = rounds + resid[z] * r, rejections + resid[z] * k
+        return rounds, rejections
+
+    @lru_cache(maxsize=None)
+    def round_from(n, s):
+        """A new round starts at position n with x_{n-1} = s (one target call) — design B / Alg. 1."""
+        if n > horizon:
+            return 0.0, 0.0
+        seqs = list(product(range(states), repeat=horizon - n + 1))
+        probs = []
+        for seq in seqs:
+            prob, prev = 1.0, s
+            for i, y in enumerate(seq):
+                prob *= draft.transition(n - 1 + i)[prev, y]
+                prev = y
+            probs.append(prob)
+        target_row, draft_row = target.transition(n - 1)[s], draft.transition(n - 1)[s]
+        rounds, rejections = 1.0, 0.0
+        for combo in product(range(len(seqs)), repeat=drafts):
+            weight = float(np.prod([probs[c] for c in combo]))
+            if weight == 0:
+                continue
+            resid, reach = target_row.copy(), 1.0         # recursive rejection sampling at position n
+            for c in combo:
+                y = seqs[c][0]
+                a = accept_prob(resid, draft_row, y)
+                r, k = chain_rest(n + 1, y, seqs[c][1:])
+                rounds, rejections = rounds + weight * reach * a * r, rejections + weight * reach * a * k
+                reach *= 1 - a
+                if reach == 0:
+                    break
+                excess = np.clip(resid - draft_row, 0, None)
+                resid = excess / excess.sum()
+            if reach > 0:                                 # every candidate rejected: x_n ~ r^M
+                r, k = after_rejection(n, resid)
+                rounds, rejections = rounds + weight * reach * r, rejections + weight * reach * k
+        return rounds, rejections
+
+    out = [round_from(1, s) for s in range(states)]
+    return (float(target.initial @ np.array([o[0] for o in out])),
+            float(target.initial @ np.array([o[1] for o in out])))
+
+
+SMALL_TARGET = MarkovChain.random(3, horizon=3, concentration=0.8, seed=21)
+SMALL_DRAFT = SMALL_TARGET.perturbed(0.8, seed=22)
+
+
+@pytest.mark.parametrize("target, draft, horizon", [(HAND_TARGET, HAND_DRAFT, 3), (SMALL_TARGET, SMALL_DRAFT, 3),
+                                                    (HAND_TARGET, HAND_DRAFT, 1)])
+@pytest.mark.parametrize("drafts", [1, 2, 3])
+def test_target_calls_match_exhaustive_enumeration(target, draft, horizon, drafts):
+    rounds, rejections = _enumerate_rounds(target, draft, horizon, drafts)
+    kw = dict(target=target, draft=draft, horizon=horizon)
+    assert batch_expected_rejections(**kw, drafts=drafts) == pytest.approx(rejections, abs=1e-12)
+    assert batch_expected_target_calls(**kw, drafts=drafts) == pytest.approx(rounds, abs=1e-12)
+    if drafts == 1:
+        assert expected_target_calls(**kw) == pytest.approx(rounds, abs=1e-12)
+    # rounds ≠ rejections on these instances: the final round often ends by accepting position T
+    assert rounds - rejections > 0.1
+
+
+def test_target_calls_hand_value_and_limits():
+    # 2-state chain, T = 3: E[N_rej] = 0.4 + 0.24 + 0.288, P(R_3) = 0.44·0.4 + 0.56·0.2 = 0.288
+    assert expected_target_calls(target=HAND_TARGET, draft=HAND_DRAFT, horizon=3) == pytest.approx(
+        0.928 + 1 - 0.288, abs=1e-12)
+    # identical chains: one round accepts everything (the speed-up is T, not T/0 = ∞)
+    assert expected_target_calls(target=TARGET_7, draft=TARGET_7, horizon=T7) == pytest.approx(1.0, abs=1e-12)
+    assert batch_expected_target_calls(target=TARGET_7, draft=TARGET_7, horizon=T7, drafts=4) == pytest.approx(
+        1.0, abs=1e-12)
+    # disjoint supports: every position is rejected, one call per token
+    initial = np.full(4, 0.25)
+    tgt = MarkovChain(initial, np.tile([0.5, 0.5, 0.0, 0.0], (4, 1)))
+    drf = MarkovChain(initial, np.tile([0.0, 0.0, 0.5, 0.5], (4, 1)))
+    assert expected_target_calls(target=tgt, draft=drf, horizon=7) == pytest.approx(7.0)
+    assert batch_target_calls_limit(target=tgt, draft=drf, horizon=7) == pytest.approx(7.0)
+
+
+def test_target_calls_decrease_with_drafts_toward_the_limit():
+    calls = [batch_expected_target_calls(target=TARGET_7, draft=DRAFT_7, horizon=T7, drafts=m) for m in (1, 2, 4, 8)]
+    assert calls[0] == pytest.approx(expected_target_calls(target=TARGET_7, draft=DRAFT_7, horizon=T7), abs=1e-12)
+    assert np.all(np.diff(calls) < 0)
+    limit = batch_target_calls_limit(target=TARGET_7, draft=DRAFT_7, horizon=T7)
+    assert 1.0 <= limit < calls[-1]
+    # full-support two-state chain: M = 200 is already at the M → ∞ value (ρ_M decays geometrically)
+    hand = dict(target=HAND_TARGET, draft=HAND_DRAFT, horizon=3)
+    assert batch_target_calls_limit(**hand) == pytest.approx(batch_expected_target_calls(**hand, drafts=200),
+                                                             abs=1e-9)
 
 
 # ------------------------------------------------------------------ residual chain and closed forms
