@@ -191,7 +191,7 @@ __all__ += ["plot_pankratov_expected_accepted", "plot_pankratov_speedup", "plot_
             "plot_pankratov_synthetic", "plot_pankratov_moments"]
 
 _PK_FORM_STYLE = {  # bound form -> (line style, colour, label)
-    "published": (":", "#7f7f7f", "published (μ+μ₂)lnP/μ²"),
+    "published": (":", "#7f7f7f", "published (μ+μ₂)lnP/μ² (a bound for P ≥ 3 only)"),
     "renewal": ("-", "#d62728", "renewal lnP/μ + μ₂/μ²"),
     "threshold": ("-.", "#ff7f0e", "best threshold"),
     "asymptotic": ("--", "#9467bd", "asymptotic ln(μP)/μ + μ₂/2μ² − 1 (not a bound)"),
