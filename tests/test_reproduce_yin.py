@@ -59,6 +59,9 @@ def test_fig2_exact_values_are_the_theory_functions_of_the_generated_chain(quick
             assert rows[f"M{m}{design}"]["exact"] == pytest.approx(
                 batch_expected_rejections(target=target, draft=draft, horizon=horizon, drafts=m,
                                           design=design), abs=1e-12)
+    # only design B is cited as Thm 3; design A is labelled a derived variant
+    assert rows["M4B"]["formula"].startswith("Thm 3") and "design B" in rows["M4B"]["formula"]
+    assert "Thm 3 (" not in rows["M4A"]["formula"] and "derived variant" in rows["M4A"]["formula"]
     curve = f2["curve"]
     assert curve["limit_B"] == pytest.approx(batch_rejections_limit(target=target, draft=draft, horizon=horizon),
                                              abs=1e-12)

@@ -2,8 +2,9 @@
 
 * Fig. 2 — a random 7-state non-stationary chain, T = 50: (a) running Monte Carlo average of N_rej
   for speculative decoding (SD, Alg. 1) against Thm 1; (b) the same for batch SD with M = 4, 5
-  (design B) against Thm 3, with design A's exact values; (c) E[N_rej] against M = 1..20 (designs
-  A and B exact, Monte Carlo points, Prop. 1 limit of design B). The Monte Carlo is the vectorised
+  (design B) against Thm 3, with the exact values of design A (prefix-tree DFS: a derived variant, not
+  the paper's statement — its rejections keep falling toward 0 as M grows, unlike Prop. 1); (c) E[N_rej]
+  against M = 1..20 (designs A and B exact, Monte Carlo points, Prop. 1 limit of design B). The Monte Carlo is the vectorised
   NumPy simulator :func:`~specbound.theory.simulate_batch_rejections`; the real decoding engine
   (:func:`~specbound.decoding.speculative_decode` on :class:`~specbound.models.ChainModel` s) is
   run for fewer runs as a cross-check.
@@ -307,7 +308,9 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
                      "speedup": T / exact, "numpy_mc": stats,
                      "numpy_z": (stats["mean"] - exact) / stats["se"],
                      "running": _checkpoints(samples),
-                     "formula": "Thm 1" if drafts == 1 else f"Thm 3 (design {design} recursion)"}
+                     "formula": "Thm 1" if drafts == 1 else
+                     "Thm 3 (design B recursion)" if design == "B" else
+                     "design A recursion (derived variant, not Thm 3)"}
         if progress is not None:
             progress.advance(task)
     # Fig. 2c: E[N_rej] against M
@@ -858,7 +861,10 @@ def _summary_markdown(results: dict) -> str:
     L.append("z = (MC mean − exact) / SE; |z| ≤ 4 is the project's pass criterion.\n")
     c = f2["curve"]
     L.append("### Fig. 2c — E[N_rej] against M\n")
-    L.append("| M | design B exact | design A exact | speed-up (B) |")
+    L.append("Design B (branch at each round's first token) is the reconstruction of Thm 3 / Prop. 1; design A "
+             "(prefix-tree DFS) is a derived variant, not the paper's statement: its rejections keep falling "
+             "toward 0 as M grows (full support), which contradicts Prop. 1.\n")
+    L.append("| M | design B exact (Thm 3) | design A exact (derived variant) | speed-up (B) |")
     L.append("|---|---|---|---|")
     for m, b, a in zip(c["drafts"], c["exact_B"], c["exact_A"]):
         L.append(f"| {m} | {b:.4f} | {a:.4f} | {T / b:.3f} |")
@@ -998,7 +1004,7 @@ def _write_figures(out_dir: Path, f2: dict, raw2: dict, f3: dict, f4: dict) -> l
         b, a = rows[f"M{m}B"], rows[f"M{m}A"]
         series.append({"label": f"batch SD M={m} (B)", "samples": raw2[f"M{m}B"], "exact": b["exact"],
                        "exact_label": f"Thm 3 design B exact, M={m}: {b['exact']:.3f}",
-                       "extra_exact": [(a["exact"], f"design A exact, M={m}: {a['exact']:.3f}")],
+                       "extra_exact": [(a["exact"], f"design A (derived variant) exact, M={m}: {a['exact']:.3f}")],
                        "engine": eng(f"M{m}B")})
     plots.yin_fig2_running(out_dir / "fig2b.png", f"Fig. 2b: batch SD, M = 4 and 5, same chain (T = {T})", series, T)
     c = f2["curve"]
