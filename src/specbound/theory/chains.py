@@ -23,6 +23,13 @@ def _rng(seed) -> np.random.Generator:
 
 @dataclass(frozen=True, init=False)
 class MarkovChain:
+    """A finite-state (possibly non-stationary) Markov chain used as an exact toy language model.
+
+    Yin et al. 2024, §1 (Markov-chain view of decoding; their Fig. 2 simulations use a random
+    non-stationary 7-state chain). ``initial`` (S,) is the law of x_0, ``transitions`` is (S, S)
+    (stationary) or (T, S, S) (non-stationary, horizon T); rows are next-token laws.
+    """
+
     initial: np.ndarray
     transitions: np.ndarray
 

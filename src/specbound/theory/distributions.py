@@ -46,7 +46,8 @@ def tv(a, b) -> np.ndarray:
 
 
 def overlap(a, b) -> np.ndarray:
-    """Σ min(a, b): the acceptance probability of standard speculative decoding, 1 − TV."""
+    """Σ min(a, b) = 1 − TV(a, b): the acceptance probability of standard speculative decoding
+    (Yin et al. 2024, Thm 1 per position; Leviathan et al. 2023's α)."""
     return np.minimum(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)).sum(axis=-1)
 
 
@@ -82,7 +83,8 @@ def _p_and_logp(probs):
 
 
 def entropy(probs) -> np.ndarray:
-    """Shannon entropy H(p) = −Σ p ln p in nats, with 0·ln 0 = 0."""
+    """Shannon entropy H(p) = −Σ p ln p in nats, with 0·ln 0 = 0 (its mean over contexts is the μ of
+    Pankratov & Alistarh 2026, §3.1)."""
     p, logp = _p_and_logp(probs)
     return -(p * logp).sum(axis=-1)
 

@@ -183,7 +183,8 @@ def lp_minimal_bias(*, target, draft, accept) -> tuple[float, np.ndarray]:
 
 @dataclass(frozen=True)
 class ParetoFront:
-    """Points of the rejection/bias trade-off for an ε sweep, plus the Thm 5 line rej + bias = TV."""
+    """Points of the rejection/bias trade-off for an ε sweep, plus the line rej + bias = TV
+    (Yin et al. 2024, Thm 5, Fig. 4)."""
 
     eps: np.ndarray
     rejection: np.ndarray        # 1 − Σ draft·b(ε)
