@@ -56,7 +56,7 @@ def test_recursive_rejection_sampling_is_lossless_and_matches_thm3_all_reject():
     emitted = torch.where(verdict.accepted >= 0, picked, recovered).numpy()
     assert chi_square_pvalue(emitted, target_np[0]) > P_MIN
     # all-reject frequency vs ρ_M of Thm 3; the residual returned on all-reject rows is r^M exactly
-    residuals, rho = residual_chain(draft_np[0], target_np[0], m)
+    residuals, rho = residual_chain(target=target_np[0], draft=draft_np[0], drafts=m)
     all_reject = (verdict.accepted < 0).numpy()
     se = np.sqrt(rho[m] * (1 - rho[m]) / rows)
     assert abs(all_reject.mean() - rho[m]) <= 4 * se, (all_reject.mean(), rho[m], se)   # 4 standard errors
@@ -91,21 +91,23 @@ def test_over_acceptance_and_bias_match_theory(form):
     draft, target = _random_laws(rng, 50, 8)
     dt, tt = torch.from_numpy(draft), torch.from_numpy(target)
     for eps in (0.0, 0.01, 0.05, 0.2, 0.8):
-        accept = over_acceptance(draft, target, eps, form)
+        accept = over_acceptance(target=target, draft=draft, eps=eps, form=form)
         torch.testing.assert_close(over_acceptance_probability(target=tt, draft=dt, eps=eps, form=form),
                                    torch.from_numpy(accept), rtol=0, atol=1e-12)
         opt, uno = DecodingOPT(eps, form), DecodingUNO(eps, form)
         b = opt.acceptance(target=tt, draft=dt)
         torch.testing.assert_close(b, uno.acceptance(target=tt, draft=dt))     # same b → same speed
-        torch.testing.assert_close(opt.resample_law(target=tt, draft=dt, accept=b),
-                                   torch.from_numpy(optimal_residual(draft, target, accept)), rtol=0, atol=1e-12)
+        opt_law = optimal_residual(target=target, draft=draft, accept=accept)
+        torch.testing.assert_close(opt.resample_law(target=tt, draft=dt, accept=b), torch.from_numpy(opt_law),
+                                   rtol=0, atol=1e-12)
         opt_bias, uno_bias_t = opt.step_bias(target=tt, draft=dt), uno.step_bias(target=tt, draft=dt)
-        np.testing.assert_allclose(opt_bias.numpy(), minimal_bias(draft, target, accept), atol=1e-12)
-        np.testing.assert_allclose(uno_bias_t.numpy(), uno_bias(draft, target, accept), atol=1e-12)
-        rejection, bias = tradeoff_point(draft, target, accept)
+        np.testing.assert_allclose(opt_bias.numpy(), minimal_bias(target=target, draft=draft, accept=accept),
+                                   atol=1e-12)
+        np.testing.assert_allclose(uno_bias_t.numpy(), uno_bias(target=target, draft=draft, accept=accept), atol=1e-12)
+        rejection, bias = tradeoff_point(target=target, draft=draft, accept=accept)
         np.testing.assert_allclose(rejection + bias, tv(draft, target), atol=1e-12)           # Thm 5 line
         assert np.all(uno_bias_t.numpy() >= opt_bias.numpy() - 1e-12)
-        law = output_law(draft, accept, optimal_residual(draft, target, accept))
+        law = output_law(draft=draft, accept=accept, resample=opt_law)
         resample = opt.resample_law(target=tt, draft=dt, accept=b)
         np.testing.assert_allclose(step_output_bias(target=tt, draft=dt, accept=b, resample=resample).numpy(),
                                    tv(law, target), atol=1e-12)
@@ -198,12 +200,12 @@ def test_thm3_exact_matches_batch_engine_monte_carlo(drafts, design):
                    generator=make_generator(10_000 * drafts + i)).run([int(initial[i])], HORIZON).metrics.rejections
         for i in range(MC_RUNS)
     ])
-    exact = batch_expected_rejections(MC_DRAFT, MC_TARGET, HORIZON, drafts, design)
+    exact = batch_expected_rejections(target=MC_TARGET, draft=MC_DRAFT, horizon=HORIZON, drafts=drafts, design=design)
     # SE = sample std / √runs of the per-run rejection count (≈ 0.02–0.03 here)
     se = rejections.std(ddof=1) / np.sqrt(MC_RUNS)
     assert abs(rejections.mean() - exact) <= 4 * se, (rejections.mean(), exact, se)    # 4 standard errors
     if drafts > 1:   # power: the batch improvement over Thm 1 (chain SD) is larger than the tolerance
-        assert expected_rejections(MC_DRAFT, MC_TARGET, HORIZON) - exact > 4 * se
+        assert expected_rejections(target=MC_TARGET, draft=MC_DRAFT, horizon=HORIZON) - exact > 4 * se
 
 
 # ------------------------------------------------------------------ honest calls and cache contents
@@ -279,9 +281,9 @@ def test_relaxed_opt_and_uno_same_rejections_opt_bias_on_thm4_and_below_uno():
     eps = 0.05
     target, draft, opt_tokens, opt_rej, opt_bias = _first_token_runs(("opt", eps))
     _, _, uno_tokens, uno_rej, uno_bias_runs = _first_token_runs(("uno", eps))
-    accept = over_acceptance(draft, target, eps)
-    rejection, loss_opt = tradeoff_point(draft, target, accept)
-    loss_uno = float(uno_bias(draft, target, accept))
+    accept = over_acceptance(target=target, draft=draft, eps=eps)
+    rejection, loss_opt = tradeoff_point(target=target, draft=draft, accept=accept)
+    loss_uno = float(uno_bias(target=target, draft=draft, accept=accept))
     # same b → same rejection rate: each within 4 SE of 1 − Σ draft·b, and of each other
     se = np.sqrt(rejection * (1 - rejection) / RELAX_RUNS)
     assert abs(opt_rej.mean() - rejection) <= 4 * se and abs(uno_rej.mean() - rejection) <= 4 * se
@@ -290,8 +292,9 @@ def test_relaxed_opt_and_uno_same_rejections_opt_bias_on_thm4_and_below_uno():
     np.testing.assert_allclose(opt_bias, loss_opt, atol=1e-12)
     np.testing.assert_allclose(uno_bias_runs, loss_uno, atol=1e-12)
     # measured output laws: OPT follows draft·b + (1 − β)·P* (χ²), and its TV to the target is Loss*
-    opt_law = output_law(draft, accept, optimal_residual(draft, target, accept))
-    uno_law = output_law(draft, accept, target)
+    opt_law = output_law(draft=draft, accept=accept, resample=optimal_residual(target=target, draft=draft,
+                                                                               accept=accept))
+    uno_law = output_law(draft=draft, accept=accept, resample=target)
     assert chi_square_pvalue(opt_tokens, opt_law) > P_MIN
     assert chi_square_pvalue(uno_tokens, uno_law) > P_MIN
     emp_opt = np.bincount(opt_tokens, minlength=6) / RELAX_RUNS

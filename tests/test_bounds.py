@@ -11,7 +11,7 @@ from scipy.special import log_softmax
 
 from specbound.errors import SpecboundError
 from specbound.theory import (
-    bound_all_forms, entropy, entropy_moments, estimate_moments, optimal_tree, speed_of_light,
+    bound_all_forms, bound_is_valid, entropy, entropy_moments, estimate_moments, optimal_tree, speed_of_light,
 )
 
 LN2 = math.log(2)
@@ -129,7 +129,8 @@ def test_threshold_form_is_the_minimum_over_t():
 
 def test_speed_of_light_is_vectorised_and_bound_all_forms():
     out = bound_all_forms(1.0331, 1.6159, [16, 64, 256])
-    assert set(out) == {"capacity", "published", "renewal", "threshold", "asymptotic"}
+    forms = ("published", "renewal", "threshold", "asymptotic")
+    assert set(out) == {"capacity", *forms, *(f"{f}_is_bound" for f in forms)}
     for form in ("published", "renewal", "threshold", "asymptotic"):
         assert out[form].shape == (3,)
         np.testing.assert_allclose(out[form], [speed_of_light(1.0331, 1.6159, c, form=form) for c in (16, 64, 256)])
@@ -223,6 +224,32 @@ def test_T5_bounds_hold_for_every_P_at_least_3(target):
 def test_published_form_is_below_renewal_for_P_2():
     # (μ+μ₂)·ln P ≥ μ ln P + μ₂ fails when ln P < 1: the published rewriting needs P ≥ 3
     assert speed_of_light(1.0, 2.0, 2, form="published") < speed_of_light(1.0, 2.0, 2, form="renewal")
+
+
+@pytest.mark.parametrize("target", [(0.6, 0.25, 0.1, 0.05), (0.5, 0.5), (0.9, 0.05, 0.03, 0.02)])
+def test_published_form_is_flagged_not_a_bound_below_P_3_against_the_optimal_tree(target):
+    mu, mu2 = entropy_moments(np.array(target))
+    caps = [1, 2, 3, 4, 16]
+    optimum = np.cumsum(optimal_tree(constant(target), caps[-1]).path_probs)[np.array(caps) - 1]
+    assert optimum[0] == pytest.approx(max(target))                       # E*(1) = the most likely token
+    out = bound_all_forms(mu, mu2, caps)
+    # P = 1: the published form is 0, below the optimum: it is not a bound there, and is flagged so
+    assert out["published"][0] == 0.0 < optimum[0]
+    # P = 2: its derivation (ln P ≥ 1) fails, it sits below the renewal bound: flagged not a bound
+    assert out["published"][1] < out["renewal"][1]
+    np.testing.assert_array_equal(out["published_is_bound"], [False, False, True, True, True])
+    np.testing.assert_array_equal(out["asymptotic_is_bound"], [False] * 5)
+    # every form flagged as a bound is ≥ the optimal tree value (for these i.i.d. targets)
+    for form in ("published", "renewal", "threshold"):
+        np.testing.assert_array_equal(out[f"{form}_is_bound"], [bound_is_valid(form, c) for c in caps])
+        flagged = out[f"{form}_is_bound"]
+        assert np.all(out[form][flagged] >= optimum[flagged] - 1e-12), form
+    assert np.all(out["renewal_is_bound"]) and np.all(out["threshold_is_bound"])
+    # real capacities just above 1: published → 0 while the optimum stays max p
+    assert speed_of_light(mu, mu2, 1.01, form="published") < max(target)
+    assert bound_is_valid("published", 2.99) is False and bound_is_valid("published", 3) is True
+    with pytest.raises(SpecboundError, match="form"):
+        bound_is_valid("loose", 4)
 
 
 def test_T5_zero_entropy_has_no_bound_but_chain_of_P():

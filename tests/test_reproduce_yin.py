@@ -52,13 +52,19 @@ def test_fig2_exact_values_are_the_theory_functions_of_the_generated_chain(quick
     horizon = f2["chain"]["horizon"]
     assert (f2["chain"]["states"], horizon) == (7, 50)
     rows = f2["rows"]
-    assert rows["sd"]["exact"] == pytest.approx(expected_rejections(draft, target, horizon), abs=1e-12)
+    assert rows["sd"]["exact"] == pytest.approx(expected_rejections(target=target, draft=draft, horizon=horizon),
+                                                abs=1e-12)
     for m in (4, 5):
         for design in ("A", "B"):
             assert rows[f"M{m}{design}"]["exact"] == pytest.approx(
-                batch_expected_rejections(draft, target, horizon, m, design), abs=1e-12)
+                batch_expected_rejections(target=target, draft=draft, horizon=horizon, drafts=m,
+                                          design=design), abs=1e-12)
+    # only design B is cited as Thm 3; design A is labelled a derived variant
+    assert rows["M4B"]["formula"].startswith("Thm 3") and "design B" in rows["M4B"]["formula"]
+    assert "Thm 3 (" not in rows["M4A"]["formula"] and "derived variant" in rows["M4A"]["formula"]
     curve = f2["curve"]
-    assert curve["limit_B"] == pytest.approx(batch_rejections_limit(draft, target, horizon), abs=1e-12)
+    assert curve["limit_B"] == pytest.approx(batch_rejections_limit(target=target, draft=draft, horizon=horizon),
+                                             abs=1e-12)
     assert curve["exact_B"][0] == pytest.approx(rows["sd"]["exact"], abs=1e-12)
     assert curve["drafts"] == list(range(1, 21))
 
@@ -114,7 +120,8 @@ def test_fig4_opt_points_on_the_pareto_line_and_uno_above(quick_run):
         assert rejecting.sum() >= 3
         assert np.all(rej + uno > f4["tv"] + 1e-6, where=rejecting)       # UNO strictly above the line
         assert np.all(uno >= opt - 1e-12)
-        front = pareto_front(draft, target, eps, form)                     # recomputed from the stored instance
+        # recomputed from the stored instance
+        front = pareto_front(target=target, draft=draft, eps_grid=eps, form=form)
         np.testing.assert_allclose(front.rejection, rej, atol=1e-12)
         np.testing.assert_allclose(front.uno_bias, uno, atol=1e-12)
         for i, core in enumerate(d["core_mc"]):                             # verification core, one step

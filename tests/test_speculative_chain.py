@@ -41,7 +41,7 @@ def test_thm1_exact_matches_engine_monte_carlo(seed):
         speculative_decode(tm, dm, [int(initial[i])], horizon, gamma=None, seed=i).metrics.rejections
         for i in range(runs)
     ])
-    exact = expected_rejections(draft, target, horizon)
+    exact = expected_rejections(target=target, draft=draft, horizon=horizon)
     se = rejections.std(ddof=1) / np.sqrt(runs)
     assert abs(rejections.mean() - exact) <= 4 * se, (rejections.mean(), exact, se)   # 4 standard errors
     assert 1.0 < exact < horizon - 1.0      # a non-trivial instance
@@ -70,9 +70,9 @@ def test_thm2_family_member_is_unbiased_and_rejects_more_than_sd():
     horizon, runs = 6, 5000
     target, draft = _pair(21, states=3, horizon=horizon, noise=0.5)
     mats_t, mats_d = target.stack(horizon), draft.stack(horizon)
-    accept = standard_acceptance(mats_d, mats_t) * (0.25 + 0.75 * mats_t)
-    exact = rejection_based_expected_rejections(draft, target, accept, horizon)
-    assert exact > expected_rejections(draft, target, horizon) + 0.1
+    accept = standard_acceptance(target=mats_t, draft=mats_d) * (0.25 + 0.75 * mats_t)
+    exact = rejection_based_expected_rejections(target=target, draft=draft, accept=accept, horizon=horizon)
+    assert exact > expected_rejections(target=target, draft=draft, horizon=horizon) + 0.1
 
     tm, dm = ChainModel(target), ChainModel(draft)
     rej, first = np.empty(runs), np.empty((runs, 3), dtype=np.int64)

@@ -27,12 +27,12 @@ def test_tv_three_equivalent_forms():
 def test_residual_is_normalised_positive_part_and_makes_sd_unbiased():
     target = np.array([0.5, 0.3, 0.2, 0.0])
     draft = np.array([0.1, 0.6, 0.1, 0.2])
-    np.testing.assert_allclose(residual(target, draft), [0.4 / 0.5, 0.0, 0.1 / 0.5, 0.0])
+    np.testing.assert_allclose(residual(target=target, draft=draft), [0.4 / 0.5, 0.0, 0.1 / 0.5, 0.0])
     # accepted mass + rejected mass × residual reproduces the target (Alg. 1 is unbiased)
-    accept = standard_acceptance(draft, target)
-    np.testing.assert_allclose(rejection_based_output(draft, target, accept), target, atol=1e-15)
+    accept = standard_acceptance(target=target, draft=draft)
+    np.testing.assert_allclose(rejection_based_output(target=target, draft=draft, accept=accept), target, atol=1e-15)
     # identical laws: nothing to resample, the residual falls back to the target
-    np.testing.assert_allclose(residual(target, target), target)
+    np.testing.assert_allclose(residual(target=target, draft=target), target)
 
 
 def test_entropy_and_surprisal_moments_hand_values():
@@ -65,17 +65,17 @@ def test_sequence_law_sums_to_one_and_factorises():
 def test_thm1_two_state_reference_value():
     draft = MarkovChain([1.0, 0.0], DRAFT_2)
     target = MarkovChain([1.0, 0.0], TARGET_2)
-    assert expected_rejections(draft, target, 3) == pytest.approx(0.928, abs=1e-12)
+    assert expected_rejections(target=target, draft=draft, horizon=3) == pytest.approx(0.928, abs=1e-12)
 
 
 def test_thm1_limits_identical_and_disjoint_chains():
     target = MarkovChain.random(5, horizon=10, seed=4)
-    assert expected_rejections(target, target, 10) == pytest.approx(0.0, abs=1e-12)
+    assert expected_rejections(target=target, draft=target, horizon=10) == pytest.approx(0.0, abs=1e-12)
     # draft that never proposes a token the target can produce: every position is rejected
     initial = np.full(4, 0.25)
     tgt = MarkovChain(initial, np.tile([0.5, 0.5, 0.0, 0.0], (4, 1)))
     drf = MarkovChain(initial, np.tile([0.0, 0.0, 0.5, 0.5], (4, 1)))
-    assert expected_rejections(drf, tgt, 7) == pytest.approx(7.0)
+    assert expected_rejections(target=tgt, draft=drf, horizon=7) == pytest.approx(7.0)
 
 
 def test_thm2_family_never_beats_sd_and_equality_only_at_standard_acceptance():
@@ -83,14 +83,15 @@ def test_thm2_family_never_beats_sd_and_equality_only_at_standard_acceptance():
     for trial in range(20):
         target = MarkovChain.random(6, horizon=8, seed=rng)
         draft = target.perturbed(0.6, seed=rng)
-        thm1 = expected_rejections(draft, target, 8)
-        b_std = standard_acceptance(draft.stack(8), target.stack(8))
-        assert rejection_based_expected_rejections(draft, target, b_std, 8) == pytest.approx(thm1, abs=1e-12)
-        b = random_rejection_based_acceptance(draft, target, 8, seed=rng)
-        value = rejection_based_expected_rejections(draft, target, b, 8)
+        thm1 = expected_rejections(target=target, draft=draft, horizon=8)
+        b_std = standard_acceptance(target=target.stack(8), draft=draft.stack(8))
+        assert rejection_based_expected_rejections(target=target, draft=draft, accept=b_std,
+                                                   horizon=8) == pytest.approx(thm1, abs=1e-12)
+        b = random_rejection_based_acceptance(target=target, draft=draft, horizon=8, seed=rng)
+        value = rejection_based_expected_rejections(target=target, draft=draft, accept=b, horizon=8)
         assert value > thm1 + 1e-6
         # the family is unbiased step by step: output law equals the target row exactly
-        out = rejection_based_output(draft.stack(8), target.stack(8), b)
+        out = rejection_based_output(target=target.stack(8), draft=draft.stack(8), accept=b)
         np.testing.assert_allclose(out, target.stack(8), atol=1e-12)
 
 
@@ -98,7 +99,7 @@ def test_thm2_rejects_over_acceptance():
     target = MarkovChain.random(3, horizon=2, seed=6)
     draft = target.perturbed(0.5, seed=7)
     with pytest.raises(SpecboundError, match="over-accepts"):
-        rejection_based_expected_rejections(draft, target, np.ones((2, 3, 3)), 2)
+        rejection_based_expected_rejections(target=target, draft=draft, accept=np.ones((2, 3, 3)), horizon=2)
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -117,6 +118,6 @@ def test_expected_rejections_rejects_mismatched_states_and_long_horizon():
     a = MarkovChain.random(3, horizon=5, seed=0)
     b = MarkovChain.random(4, horizon=5, seed=0)
     with pytest.raises(SpecboundError, match="vocabularies must match"):
-        expected_rejections(a, b, 5)
+        expected_rejections(target=b, draft=a, horizon=5)
     with pytest.raises(SpecboundError, match="exceeds"):
-        expected_rejections(a, a, 6)
+        expected_rejections(target=a, draft=a, horizon=6)

@@ -24,29 +24,33 @@ def test_lp_agrees_with_closed_form_and_pareto_identity(form):
     for draft, target in _instances(6, seed=1 if form == "additive" else 2):
         distance = tv(draft, target)
         for eps in EPS:
-            accept = over_acceptance(draft, target, eps, form)
-            assert np.all(accept >= standard_acceptance(draft, target) - 1e-15)      # over-accepting
-            lp_loss, lp_resample = lp_minimal_bias(draft, target, accept)
-            closed = minimal_bias(draft, target, accept)
+            accept = over_acceptance(target=target, draft=draft, eps=eps, form=form)
+            assert np.all(accept >= standard_acceptance(target=target, draft=draft) - 1e-15)      # over-accepting
+            lp_loss, lp_resample = lp_minimal_bias(target=target, draft=draft, accept=accept)
+            closed = minimal_bias(target=target, draft=draft, accept=accept)
             assert lp_loss == pytest.approx(closed, abs=1e-8)
             # P* attains the optimum, and its loss is Σ[b·draft − target]_+ (Thm 4)
-            assert tv_loss(draft, target, accept) == pytest.approx(closed, abs=1e-12)
-            assert tv_loss(draft, target, accept, lp_resample) == pytest.approx(closed, abs=1e-8)
-            rejection, bias = tradeoff_point(draft, target, accept)
+            assert tv_loss(target=target, draft=draft, accept=accept) == pytest.approx(closed, abs=1e-12)
+            lp_loss_closed_form = tv_loss(target=target, draft=draft, accept=accept, resample=lp_resample)
+            assert lp_loss_closed_form == pytest.approx(closed, abs=1e-8)
+            rejection, bias = tradeoff_point(target=target, draft=draft, accept=accept)
             assert rejection + bias == pytest.approx(distance, abs=1e-10)                # Thm 5
 
 
 def test_eps_zero_is_standard_sd_and_forms_differ():
     draft, target = _instances(1, seed=3)[0]
     for form in ("additive", "ratio"):
-        accept = over_acceptance(draft, target, 0.0, form)
-        np.testing.assert_allclose(accept, standard_acceptance(draft, target), atol=1e-15)
-        rejection, bias = tradeoff_point(draft, target, accept)
+        accept = over_acceptance(target=target, draft=draft, eps=0.0, form=form)
+        np.testing.assert_allclose(accept, standard_acceptance(target=target, draft=draft), atol=1e-15)
+        rejection, bias = tradeoff_point(target=target, draft=draft, accept=accept)
         assert rejection == pytest.approx(tv(draft, target), abs=1e-12) and bias == pytest.approx(0, abs=1e-12)
-        np.testing.assert_allclose(output_law(draft, accept, optimal_residual(draft, target, accept)), target,
+        np.testing.assert_allclose(output_law(draft=draft, accept=accept, resample=optimal_residual(target=target,
+                                                                                                    draft=draft,
+                                                                                                    accept=accept)),
+                                   target,
                                    atol=1e-14)
-    additive = over_acceptance(draft, target, 0.1, "additive")
-    ratio = over_acceptance(draft, target, 0.1, "ratio")
+    additive = over_acceptance(target=target, draft=draft, eps=0.1, form="additive")
+    ratio = over_acceptance(target=target, draft=draft, eps=0.1, form="ratio")
     assert not np.allclose(additive, ratio)
     with np.errstate(divide="ignore"):
         np.testing.assert_allclose(additive, np.minimum(1, (target + 0.1) / draft))
@@ -60,23 +64,23 @@ def test_arbitrary_acceptance_and_resampling_never_beat_the_line():
         accept = rng.random(V)
         resample = rng.dirichlet(np.ones(V))
         rejection = 1 - (draft * accept).sum()
-        for law in (resample, target, optimal_residual(draft, target, accept)):
-            assert rejection + tv_loss(draft, target, accept, law) >= distance - 1e-12
+        for law in (resample, target, optimal_residual(target=target, draft=draft, accept=accept)):
+            assert rejection + tv_loss(target=target, draft=draft, accept=accept, resample=law) >= distance - 1e-12
         # Thm 4: P* is at least as good as any other resampling law, in particular UNO's
-        best = tv_loss(draft, target, accept)
-        assert best == pytest.approx(minimal_bias(draft, target, accept), abs=1e-12)
-        assert tv_loss(draft, target, accept, resample) >= best - 1e-12
-        assert uno_bias(draft, target, accept) >= best - 1e-12
+        best = tv_loss(target=target, draft=draft, accept=accept)
+        assert best == pytest.approx(minimal_bias(target=target, draft=draft, accept=accept), abs=1e-12)
+        assert tv_loss(target=target, draft=draft, accept=accept, resample=resample) >= best - 1e-12
+        assert uno_bias(target=target, draft=draft, accept=accept) >= best - 1e-12
 
 
 def test_uno_loss_at_least_opt_loss_on_the_sweep():
     for draft, target in _instances(10, seed=6):
         for form in ("additive", "ratio"):
-            front = pareto_front(draft, target, EPS, form)
+            front = pareto_front(target=target, draft=draft, eps_grid=EPS, form=form)
             assert np.all(front.uno_bias >= front.bias - 1e-12)
             np.testing.assert_allclose(front.rejection + front.bias, front.tv, atol=1e-10)
             assert np.all(np.diff(front.rejection) <= 1e-15)                  # more ε, fewer rejections
-            accept = over_acceptance(draft, target, np.array(EPS)[:, None], form)
+            accept = over_acceptance(target=target, draft=draft, eps=np.array(EPS)[:, None], form=form)
             beta = (draft * accept).sum(-1, keepdims=True)
             np.testing.assert_allclose(front.uno_bias, 0.5 * np.abs(draft * accept - beta * target).sum(-1),
                                        atol=1e-14)
@@ -95,39 +99,40 @@ def _sample_one_step(draft, accept, resample, size, rng):
 def test_monte_carlo_opt_sampler_bias(eps):
     rng = np.random.default_rng(7)
     draft, target = _instances(1, seed=8)[0]
-    accept = over_acceptance(draft, target, eps)
-    samples = _sample_one_step(draft, accept, optimal_residual(draft, target, accept), 200_000, rng)
+    accept = over_acceptance(target=target, draft=draft, eps=eps)
+    samples = _sample_one_step(draft, accept, optimal_residual(target=target, draft=draft, accept=accept), 200_000, rng)
     empirical = np.bincount(samples, minlength=V) / len(samples)
     tolerance = 3 * np.sqrt(V / len(samples))        # ≈ 0.021
-    assert abs(tv(empirical, target) - minimal_bias(draft, target, accept)) <= tolerance
+    assert abs(tv(empirical, target) - minimal_bias(target=target, draft=draft, accept=accept)) <= tolerance
     # the empirical law is the predicted output law to within sampling error
-    assert tv(empirical, output_law(draft, accept, optimal_residual(draft, target, accept))) <= tolerance
+    assert tv(empirical, output_law(draft=draft, accept=accept, resample=optimal_residual(target=target, draft=draft,
+                                                                                          accept=accept))) <= tolerance
 
 
 def test_broadcasting_over_leading_axes():
     rng = np.random.default_rng(9)
     draft = rng.dirichlet(np.ones(V), size=(3, 4))
     target = rng.dirichlet(np.ones(V), size=(3, 4))
-    accept = over_acceptance(draft, target, 0.05)
-    rejection, bias = tradeoff_point(draft, target, accept)
+    accept = over_acceptance(target=target, draft=draft, eps=0.05)
+    rejection, bias = tradeoff_point(target=target, draft=draft, accept=accept)
     assert rejection.shape == bias.shape == (3, 4)
     np.testing.assert_allclose(rejection + bias, tv(draft, target), atol=1e-12)
-    assert optimal_residual(draft, target, accept).shape == (3, 4, V)
-    assert uno_bias(draft, target, accept).shape == (3, 4)
+    assert optimal_residual(target=target, draft=draft, accept=accept).shape == (3, 4, V)
+    assert uno_bias(target=target, draft=draft, accept=accept).shape == (3, 4)
 
 
 def test_bad_inputs_raise():
     draft, target = _instances(1, seed=10)[0]
     with pytest.raises(SpecboundError):
-        over_acceptance(draft, target, -0.1)
+        over_acceptance(target=target, draft=draft, eps=-0.1)
     with pytest.raises(SpecboundError):
-        over_acceptance(draft, target, 0.1, form="multiplicative")
+        over_acceptance(target=target, draft=draft, eps=0.1, form="multiplicative")
     with pytest.raises(SpecboundError):
-        optimal_residual(draft, target, np.full(V, 1.5))
+        optimal_residual(target=target, draft=draft, accept=np.full(V, 1.5))
     with pytest.raises(SpecboundError):
-        tradeoff_point(draft, target[:-1] / target[:-1].sum(), np.ones(V - 1))
+        tradeoff_point(target=target[:-1] / target[:-1].sum(), draft=draft, accept=np.ones(V - 1))
     with pytest.raises(SpecboundError):
-        lp_minimal_bias(np.tile(draft, (2, 1)), np.tile(target, (2, 1)), np.ones(V))
+        lp_minimal_bias(target=np.tile(target, (2, 1)), draft=np.tile(draft, (2, 1)), accept=np.ones(V))
 
 
 def test_public_exports():

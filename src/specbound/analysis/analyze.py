@@ -43,7 +43,7 @@ from ..decoding.engine import make_generator, speculative_decode
 from ..decoding.sampling import SamplingConfig, logits_to_probs, sample_from
 from ..decoding.tree import TreeSpeculator
 from ..errors import SpecboundError
-from ..theory.bounds import BOUND_FORMS, MomentEstimate, bound_all_forms, estimate_moments
+from ..theory.bounds import BOUND_FORMS, MomentEstimate, bound_all_forms, bound_is_valid, estimate_moments
 from ..theory.speedup import CostProfile
 from ..theory.trees import DraftTree, optimal_tree
 
@@ -764,8 +764,9 @@ def tightest_bound(result: dict) -> dict:
     oracle = result.get("oracle")
     out = {}
     for i, P in enumerate(caps):
-        # the published form is a bound only for P >= 3 (it loosens μ ln P + μ₂ ≤ (μ + μ₂) ln P)
-        valid = ("published", "renewal", "threshold") if P >= 3 else ("renewal", "threshold")
+        # the published form is a bound only for P >= 3 (it loosens μ ln P + μ₂ ≤ (μ + μ₂) ln P);
+        # the asymptotic form is never one
+        valid = tuple(f for f in BOUND_FORMS if bound_is_valid(f, P))
         forms = {f: result["bounds"][f][i] for f in valid}
         best = min(forms, key=forms.get)
         entry = {"tightest": best, "value": forms[best]}
@@ -822,7 +823,8 @@ def per_p_table(result: dict) -> str:
     sd = result.get("oracle_sd", {}).get("by_capacity", {})
     drafters = result.get("drafters", {})
     header = ["P", "oracle E[X*] (exact)", "oracle SD: mean X / mean E[X|T] (rounds)"]
-    header += [f"bound: {f}" for f in BOUND_FORMS]
+    header += [f"bound: {f}" if f != "asymptotic" else "asymptotic (approximation, not a bound)"
+               for f in BOUND_FORMS]
     header += [f"{k}: E[X] (τ)" for k in drafters]
     exact = result.get("drafter_exact") or {}
     exact_kinds = [k for k in ("dynamic", "chain") if k in exact and exact[k]["mean"]]
@@ -832,7 +834,8 @@ def per_p_table(result: dict) -> str:
         row = [str(P), f"{_f(oracle['mean'][i])} ± {_f(oracle['se'][i])}" if oracle else "–"]
         s = sd.get(str(P))
         row.append(f"{_f(s['mean_X'], 2)} / {_f(s['mean_value'], 2)} ({s['rounds']})" if s else "–")
-        row += [_f(result["bounds"][f][i]) for f in BOUND_FORMS]
+        row += [_f(result["bounds"][f][i]) + (" (not a bound, P < 3)" if f == "published" and
+                                               not bound_is_valid(f, P) else "") for f in BOUND_FORMS]
         for k, d in drafters.items():
             r = d["by_capacity"].get(str(P))
             row.append(f"{_f(r['mean_accepted'], 2)} ({_f(r['tau'], 2)})" if r else "–")

@@ -81,7 +81,7 @@ def yin_fig2_scaling(path, title: str, drafts, exact_b, exact_a, limit_b: float,
     fig, ax = plt.subplots(figsize=(7.2, 4.6))
     drafts = np.asarray(drafts)
     ax.plot(drafts, exact_b, "-o", ms=3.5, color=_COLORS[0], label="design B exact (Thm 3 recursion)")
-    ax.plot(drafts, exact_a, "-^", ms=3.5, color=_COLORS[1], label="design A exact (prefix-tree DFS recursion)")
+    ax.plot(drafts, exact_a, "-^", ms=3.5, color=_COLORS[1], label="design A exact (prefix-tree DFS, derived variant)")
     ax.axhline(limit_b, color=_COLORS[0], ls="--", lw=1.2, label=f"design B limit M→∞ (Prop 1) = {limit_b:.3f}")
     ax.axhline(sd_value, color="gray", ls=":", lw=1.2, label=f"SD, M = 1 (Thm 1) = {sd_value:.3f}")
     for design, color, marker in (("B", _COLORS[0], "s"), ("A", _COLORS[1], "D")):
@@ -191,7 +191,7 @@ __all__ += ["plot_pankratov_expected_accepted", "plot_pankratov_speedup", "plot_
             "plot_pankratov_synthetic", "plot_pankratov_moments"]
 
 _PK_FORM_STYLE = {  # bound form -> (line style, colour, label)
-    "published": (":", "#7f7f7f", "published (μ+μ₂)lnP/μ²"),
+    "published": (":", "#7f7f7f", "published (μ+μ₂)lnP/μ² (a bound for P ≥ 3 only)"),
     "renewal": ("-", "#d62728", "renewal lnP/μ + μ₂/μ²"),
     "threshold": ("-.", "#ff7f0e", "best threshold"),
     "asymptotic": ("--", "#9467bd", "asymptotic ln(μP)/μ + μ₂/2μ² − 1 (not a bound)"),

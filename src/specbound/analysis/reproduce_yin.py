@@ -2,8 +2,9 @@
 
 * Fig. 2 — a random 7-state non-stationary chain, T = 50: (a) running Monte Carlo average of N_rej
   for speculative decoding (SD, Alg. 1) against Thm 1; (b) the same for batch SD with M = 4, 5
-  (design B) against Thm 3, with design A's exact values; (c) E[N_rej] against M = 1..20 (designs
-  A and B exact, Monte Carlo points, Prop. 1 limit of design B). The Monte Carlo is the vectorised
+  (design B) against Thm 3, with the exact values of design A (prefix-tree DFS: a derived variant, not
+  the paper's statement — its rejections keep falling toward 0 as M grows, unlike Prop. 1); (c) E[N_rej]
+  against M = 1..20 (designs A and B exact, Monte Carlo points, Prop. 1 limit of design B). The Monte Carlo is the vectorised
   NumPy simulator :func:`~specbound.theory.simulate_batch_rejections`; the real decoding engine
   (:func:`~specbound.decoding.speculative_decode` on :class:`~specbound.models.ChainModel` s) is
   run for fewer runs as a cross-check.
@@ -274,7 +275,7 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
 
     target, draft = fig2_chain(s.seed, s.states, s.horizon, s.concentration, s.draft_noise)
     T = s.horizon
-    exact_sd = expected_rejections(draft, target, T)
+    exact_sd = expected_rejections(target=target, draft=draft, horizon=T)
     raw: dict = {}
     out: dict = {"chain": {"states": s.states, "horizon": T, "concentration": s.concentration,
                            "draft_noise": s.draft_noise, "target_seed": s.seed, "draft_seed": s.seed + 1,
@@ -282,8 +283,9 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
                                            "draft = target.perturbed(draft_noise, seed + 1)"}}
 
     def mc(drafts, design, runs):
-        samples = simulate_batch_rejections(draft, target, T, drafts, design, n_runs=runs,
-                                            seed=np.random.default_rng([s.seed, 11, drafts, ord(design), runs]))
+        samples = simulate_batch_rejections(
+            target=target, draft=draft, horizon=T, drafts=drafts, design=design, n_runs=runs,
+            seed=np.random.default_rng([s.seed, 11, drafts, ord(design), runs]))
         mean, se = _mean_se(samples)
         return samples, {"mean": mean, "se": se, "runs": runs}
 
@@ -297,7 +299,8 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
         task = progress.add_task("Fig. 2 NumPy Monte Carlo", total=len(settings) + 2 * len(s.curve_mc_drafts))
     rows = {}
     for drafts, design in settings:
-        exact = exact_sd if drafts == 1 else batch_expected_rejections(draft, target, T, drafts, design)
+        exact = exact_sd if drafts == 1 else batch_expected_rejections(target=target, draft=draft, horizon=T,
+                                                                       drafts=drafts, design=design)
         samples, stats = mc(drafts, design, s.mc_runs)
         key = "sd" if drafts == 1 else f"M{drafts}{design}"
         raw[key] = samples
@@ -305,13 +308,17 @@ def run_fig2(s: Settings, progress=None) -> tuple[dict, dict]:
                      "speedup": T / exact, "numpy_mc": stats,
                      "numpy_z": (stats["mean"] - exact) / stats["se"],
                      "running": _checkpoints(samples),
-                     "formula": "Thm 1" if drafts == 1 else f"Thm 3 (design {design} recursion)"}
+                     "formula": "Thm 1" if drafts == 1 else
+                     "Thm 3 (design B recursion)" if design == "B" else
+                     "design A recursion (derived variant, not Thm 3)"}
         if progress is not None:
             progress.advance(task)
     # Fig. 2c: E[N_rej] against M
-    curve_b = [exact_sd if m == 1 else batch_expected_rejections(draft, target, T, m, "B") for m in s.curve_drafts]
-    curve_a = [exact_sd if m == 1 else batch_expected_rejections(draft, target, T, m, "A") for m in s.curve_drafts]
-    limit = batch_rejections_limit(draft, target, T)
+    curve_b = [exact_sd if m == 1 else batch_expected_rejections(target=target, draft=draft, horizon=T, drafts=m,
+                                                                 design="B") for m in s.curve_drafts]
+    curve_a = [exact_sd if m == 1 else batch_expected_rejections(target=target, draft=draft, horizon=T, drafts=m,
+                                                                 design="A") for m in s.curve_drafts]
+    limit = batch_rejections_limit(target=target, draft=draft, horizon=T)
     points = []
     for design in ("B", "A"):
         for m in s.curve_mc_drafts:
@@ -361,22 +368,22 @@ def run_fig3(s: Settings) -> dict:
     mmax = int(drafts.max())
     out = {"drafts": drafts.tolist(), "bernoulli": [], "uniform": []}
     for a, c in BERNOULLI_PAIRS:
-        closed = bernoulli_batch_improvement(a, c, drafts)
-        _, rho = residual_chain(np.array([1 - a, a]), np.array([1 - c, c]), mmax)
+        closed = bernoulli_batch_improvement(target_p1=c, draft_p1=a, drafts=drafts)
+        _, rho = residual_chain(target=np.array([1 - c, c]), draft=np.array([1 - a, a]), drafts=mmax)
         recursive = rho[1] - rho[drafts]
-        rho_closed = bernoulli_all_reject(a, c, drafts)
+        rho_closed = bernoulli_all_reject(target_p1=c, draft_p1=a, drafts=drafts)
         out["bernoulli"].append({"label": f"a={a:g}, c={c:g}", "draft_p1": a, "target_p1": c, "tv": abs(c - a),
                                  "closed": closed, "recursive": recursive,
                                  "max_abs_diff": float(np.max(np.abs(closed - recursive))),
                                  "max_abs_diff_rho": float(np.max(np.abs(rho_closed - rho[drafts])))})
     for k, m in UNIFORM_PAIRS:
-        closed = uniform_batch_improvement(k, m, drafts)
+        closed = uniform_batch_improvement(target_support=m, draft_support=k, drafts=drafts)
         draft_law = np.full(k, 1.0 / k)
         target_law = np.zeros(k)
         target_law[:m] = 1.0 / m
-        _, rho = residual_chain(draft_law, target_law, mmax)
+        _, rho = residual_chain(target=target_law, draft=draft_law, drafts=mmax)
         recursive = rho[1] - rho[drafts]
-        rho_closed = uniform_all_reject(k, m, drafts)
+        rho_closed = uniform_all_reject(target_support=m, draft_support=k, drafts=drafts)
         out["uniform"].append({"label": f"k={k}, m={m}", "k": k, "m": m, "tv": 1 - m / k,
                                "closed": closed, "recursive": recursive,
                                "max_abs_diff": float(np.max(np.abs(closed - recursive))),
@@ -431,13 +438,13 @@ def run_fig4(s: Settings, progress=None) -> dict:
            "forms": {}, "dense": {}}
     task = progress.add_task("Fig. 4 Pareto + core MC", total=2 * len(eps_points)) if progress is not None else None
     for form in ("additive", "ratio"):
-        front = pareto_front(draft, target, eps_points, form)
-        dense = pareto_front(draft, target, eps_dense, form)
+        front = pareto_front(target=target, draft=draft, eps_grid=eps_points, form=form)
+        dense = pareto_front(target=target, draft=draft, eps_grid=eps_dense, form=form)
         lp = []
         core = []
         for i, eps in enumerate(eps_points):
-            accept = over_acceptance(draft, target, eps, form)
-            lp_loss, _ = lp_minimal_bias(draft, target, accept)
+            accept = over_acceptance(target=target, draft=draft, eps=eps, form=form)
+            lp_loss, _ = lp_minimal_bias(target=target, draft=draft, accept=accept)
             lp.append(lp_loss)
             with _torch_threads(1):
                 core.append(_core_mc(draft, target, eps, form, s.core_mc_rows, seed=s.seed * 1009 + i))
@@ -582,10 +589,10 @@ def _calibrate(target, draft, prompts_ids, s: Settings, forms, progress=None) ->
         positions += len(res.tokens)
         for form in forms:
             for eps in eps_all:
-                b = over_acceptance(d_laws, t_laws, eps, form)
+                b = over_acceptance(target=t_laws, draft=d_laws, eps=eps, form=form)
                 acc[form][eps]["rejection"] += (1.0 - (d_laws * b).sum(-1)).tolist()
-                acc[form][eps]["opt_bias"] += minimal_bias(d_laws, t_laws, b).tolist()
-                acc[form][eps]["uno_bias"] += uno_bias(d_laws, t_laws, b).tolist()
+                acc[form][eps]["opt_bias"] += minimal_bias(target=t_laws, draft=d_laws, accept=b).tolist()
+                acc[form][eps]["uno_bias"] += uno_bias(target=t_laws, draft=d_laws, accept=b).tolist()
         if progress is not None:
             progress.advance(task)
     out = {"prompts": len(prompts_ids), "positions": positions, "forms": {}}
@@ -854,7 +861,10 @@ def _summary_markdown(results: dict) -> str:
     L.append("z = (MC mean − exact) / SE; |z| ≤ 4 is the project's pass criterion.\n")
     c = f2["curve"]
     L.append("### Fig. 2c — E[N_rej] against M\n")
-    L.append("| M | design B exact | design A exact | speed-up (B) |")
+    L.append("Design B (branch at each round's first token) is the reconstruction of Thm 3 / Prop. 1; design A "
+             "(prefix-tree DFS) is a derived variant, not the paper's statement: its rejections keep falling "
+             "toward 0 as M grows (full support), which contradicts Prop. 1.\n")
+    L.append("| M | design B exact (Thm 3) | design A exact (derived variant) | speed-up (B) |")
     L.append("|---|---|---|---|")
     for m, b, a in zip(c["drafts"], c["exact_B"], c["exact_A"]):
         L.append(f"| {m} | {b:.4f} | {a:.4f} | {T / b:.3f} |")
@@ -994,7 +1004,7 @@ def _write_figures(out_dir: Path, f2: dict, raw2: dict, f3: dict, f4: dict) -> l
         b, a = rows[f"M{m}B"], rows[f"M{m}A"]
         series.append({"label": f"batch SD M={m} (B)", "samples": raw2[f"M{m}B"], "exact": b["exact"],
                        "exact_label": f"Thm 3 design B exact, M={m}: {b['exact']:.3f}",
-                       "extra_exact": [(a["exact"], f"design A exact, M={m}: {a['exact']:.3f}")],
+                       "extra_exact": [(a["exact"], f"design A (derived variant) exact, M={m}: {a['exact']:.3f}")],
                        "engine": eng(f"M{m}B")})
     plots.yin_fig2_running(out_dir / "fig2b.png", f"Fig. 2b: batch SD, M = 4 and 5, same chain (T = {T})", series, T)
     c = f2["curve"]

@@ -1,9 +1,15 @@
-"""Pure NumPy/SciPy theory: the single home of every formula of the two papers."""
+"""Pure NumPy/SciPy theory: the single home of every formula of the two papers.
+
+Argument order: every function taking a target and a draft takes them keyword-only, target first
+(``expected_rejections(target=..., draft=..., horizon=...)``); only the symmetric ``tv(a, b)`` and
+``overlap(a, b)`` are positional. Natural logs and float64 throughout.
+"""
 from .chains import MarkovChain
 from .distributions import as_distribution, entropy, overlap, residual, surprisal_moments, tv
 from .rejections import (
     check_rejection_based,
     expected_rejections,
+    expected_target_calls,
     random_rejection_based_acceptance,
     rejection_based_expected_rejections,
     rejection_based_output,
@@ -17,6 +23,7 @@ __all__ = [
     "check_rejection_based",
     "entropy",
     "expected_rejections",
+    "expected_target_calls",
     "overlap",
     "random_rejection_based_acceptance",
     "rejection_based_expected_rejections",
@@ -43,6 +50,7 @@ from .bounds import (
     BOUND_FORMS,
     MomentEstimate,
     bound_all_forms,
+    bound_is_valid,
     entropy_moments,
     estimate_moments,
     speed_of_light,
@@ -53,6 +61,7 @@ __all__ += [
     "DraftTree",
     "MomentEstimate",
     "bound_all_forms",
+    "bound_is_valid",
     "brute_force_optimal_value",
     "chain_value",
     "entropy_moments",
@@ -65,13 +74,15 @@ __all__ += [
     "tree_value",
 ]
 
-# Yin et al. 2024: batch speculative decoding (Thm 3, Prop. 1) and the over-acceptance trade-off (Thm 4, 5)
+# Yin et al. 2024: batch speculative decoding (Thm 3, Prop. 1; design B, design A a derived variant) and the over-acceptance trade-off (Thm 4, 5)
 from .rejections import (
     batch_expected_rejections,
+    batch_expected_target_calls,
     batch_improvement,
     batch_rejections_limit,
     batch_rejections_per_position,
     batch_round_starts,
+    batch_target_calls_limit,
     bernoulli_all_reject,
     bernoulli_batch_improvement,
     residual_chain,
@@ -97,10 +108,12 @@ __all__ += [
     "OVER_ACCEPTANCE_FORMS",
     "ParetoFront",
     "batch_expected_rejections",
+    "batch_expected_target_calls",
     "batch_improvement",
     "batch_rejections_limit",
     "batch_rejections_per_position",
     "batch_round_starts",
+    "batch_target_calls_limit",
     "bernoulli_all_reject",
     "bernoulli_batch_improvement",
     "lp_minimal_bias",

@@ -32,6 +32,7 @@ __all__ = [
     "estimate_moments",
     "speed_of_light",
     "bound_all_forms",
+    "bound_is_valid",
     "BOUND_FORMS",
 ]
 
@@ -193,8 +194,11 @@ def speed_of_light(mu, mu2, capacity, form: str = "renewal", units: str = "nats"
     Forms (μ, μ₂ in nats after conversion; X excludes the bonus token):
 
     * ``"published"``: (μ + μ₂)·ln P / μ² — the paper's headline bound without its O(1) (§3.1).
-      It equals the renewal form loosened with μ ln P + μ₂ ≤ (μ + μ₂) ln P, valid for P ≥ 3
-      (§3.3; that the paper made exactly this step is the note's inference, §6.1).
+      It equals the renewal form loosened with μ ln P + μ₂ ≤ (μ + μ₂) ln P, which needs ln P ≥ 1,
+      so it is a bound only for P ≥ 3 (§3.3; that the paper made exactly this step is the note's
+      inference, §6.1). NOT a bound for P < 3: it is 0 at P = 1, below the optimum E*(1) = max p
+      (and below it for real P just above 1), and below the renewal bound at P = 2 (our numeric
+      search over i.i.d. targets found it still above E*(2), but nothing proves that).
     * ``"renewal"`` (default): ln P/μ + μ₂/μ² — threshold t = ln P in the renewal/Wald/Lorden bound
       E[X] ≤ t/μ + μ₂/μ² − 1 + P e^{−t} (§3.3). A rigorous bound for every P ≥ 1 under the i.i.d.
       assumption, with no hidden constant.
@@ -227,14 +231,35 @@ def speed_of_light(mu, mu2, capacity, form: str = "renewal", units: str = "nats"
     return float(out) if out.ndim == 0 else out
 
 
+def bound_is_valid(form: str, capacity) -> np.ndarray | bool:
+    """Whether :func:`speed_of_light` ``form`` is a proven upper bound on E[X | T*(P)] at capacity P.
+
+    Pankratov & Alistarh 2026, §3.3 (note §6.1): "renewal" and "threshold" are bounds for every P ≥ 1
+    (i.i.d. surprisals); "published" only for P ≥ 3 (its derivation needs ln P ≥ 1; at P = 1 it is 0,
+    below the optimum); "asymptotic" never (an approximation). Returns a bool (scalar P) or bool array.
+    """
+    if form not in BOUND_FORMS:
+        raise SpecboundError(f"form must be one of {BOUND_FORMS}, got {form!r}")
+    cap = _check_capacities(capacity)
+    if form == "published":
+        out = cap >= 3
+    else:
+        out = np.full(cap.shape, form != "asymptotic")
+    return bool(out) if out.ndim == 0 else out
+
+
 def bound_all_forms(mu, mu2, capacities, units: str = "nats") -> dict[str, np.ndarray]:
     """All four forms of :func:`speed_of_light` at ``capacities`` (Pankratov & Alistarh 2026, §3).
 
-    Returns {"capacity", "published", "renewal", "threshold", "asymptotic"} → 1-D float arrays,
-    for reports. Only "asymptotic" is not a bound (see :func:`speed_of_light`).
+    Returns {"capacity", "published", "renewal", "threshold", "asymptotic"} → 1-D float arrays, plus a
+    per-form flag ``"<form>_is_bound"`` → 1-D bool array (:func:`bound_is_valid`): "renewal" and
+    "threshold" are bounds at every P ≥ 1, "published" only at P ≥ 3 (it is 0 at P = 1, below the
+    optimum), "asymptotic" nowhere (an approximation, not a bound).
     """
     cap = np.atleast_1d(_check_capacities(capacities)).astype(np.float64)
     out = {"capacity": cap}
     for form in BOUND_FORMS:
         out[form] = np.atleast_1d(speed_of_light(mu, mu2, cap, form=form, units=units))
+    for form in BOUND_FORMS:
+        out[f"{form}_is_bound"] = np.atleast_1d(bound_is_valid(form, cap))
     return out

@@ -6,6 +6,7 @@ which fixes its horizon T.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,13 @@ def _rng(seed) -> np.random.Generator:
 
 @dataclass(frozen=True, init=False)
 class MarkovChain:
+    """A finite-state (possibly non-stationary) Markov chain used as an exact toy language model.
+
+    Yin et al. 2024, §1 (Markov-chain view of decoding; their Fig. 2 simulations use a random
+    non-stationary 7-state chain). ``initial`` (S,) is the law of x_0, ``transitions`` is (S, S)
+    (stationary) or (T, S, S) (non-stationary, horizon T); rows are next-token laws.
+    """
+
     initial: np.ndarray
     transitions: np.ndarray
 
@@ -59,7 +67,15 @@ class MarkovChain:
         return None if self.stationary else self.transitions.shape[0]
 
     def check_horizon(self, horizon: int) -> int:
-        horizon = int(horizon)
+        """``horizon`` as an int T ≥ 0 that this chain can generate to, else a clear error."""
+        if isinstance(horizon, bool) or type(horizon).__name__ == "bool_":
+            raise SpecboundError(f"horizon must be an integer >= 0, got {horizon!r}")
+        try:
+            horizon = operator.index(horizon)
+        except TypeError:
+            raise SpecboundError(
+                f"horizon must be an integer >= 0, got {horizon!r} of type {type(horizon).__name__}"
+            ) from None
         if horizon < 0:
             raise SpecboundError(f"horizon must be >= 0, got {horizon}")
         if self.horizon is not None and horizon > self.horizon:
@@ -143,5 +159,7 @@ class MarkovChain:
         if not 0 <= strength <= 1:
             raise SpecboundError(f"strength must be in [0, 1], got {strength}")
         rng = _rng(seed)
-        noise = rng.dirichlet(np.ones(self.n_states), size=self.transitions.shape[:-1])
-        return MarkovChain(self.initial, (1 - strength) * self.transitions + strength * noise)
+        mixed = rng.dirichlet(np.ones(self.n_states), size=self.transitions.shape[:-1])
+        mixed *= strength                              # in place: one extra array, not three
+        mixed += (1 - strength) * self.transitions
+        return MarkovChain(self.initial, mixed)

@@ -46,12 +46,16 @@ def tv(a, b) -> np.ndarray:
 
 
 def overlap(a, b) -> np.ndarray:
-    """Σ min(a, b): the acceptance probability of standard speculative decoding, 1 − TV."""
+    """Σ min(a, b) = 1 − TV(a, b): the acceptance probability of standard speculative decoding
+    (Yin et al. 2024, Thm 1 per position; Leviathan et al. 2023's α)."""
     return np.minimum(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)).sum(axis=-1)
 
 
-def residual(target, draft, accept=None) -> np.ndarray:
+def residual(*, target, draft, accept=None) -> np.ndarray:
     """Law of the recovered token after a rejection: [target − accept·draft]_+ normalised.
+
+    Keyword-only (``target`` first, then ``draft``): both arrays share a shape, so a positional swap
+    would silently give a wrong law.
 
     With ``accept=None`` the acceptance is the standard min(1, target/draft) and the residual is the
     normalised positive part [target − draft]_+ / TV(draft, target) (Yin et al. 2024, Alg. 1).
@@ -79,7 +83,8 @@ def _p_and_logp(probs):
 
 
 def entropy(probs) -> np.ndarray:
-    """Shannon entropy H(p) = −Σ p ln p in nats, with 0·ln 0 = 0."""
+    """Shannon entropy H(p) = −Σ p ln p in nats, with 0·ln 0 = 0 (its mean over contexts is the μ of
+    Pankratov & Alistarh 2026, §3.1)."""
     p, logp = _p_and_logp(probs)
     return -(p * logp).sum(axis=-1)
 

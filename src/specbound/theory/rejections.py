@@ -1,8 +1,12 @@
-"""Expected rejections of speculative decoding on Markov chains (Yin et al. 2024, §3).
+"""Expected rejections and target calls of speculative decoding on Markov chains (Yin et al. 2024, §3).
 
-Conventions: ``draft`` and ``target`` are :class:`MarkovChain` s over the same states; the prefix
+Conventions: ``target`` and ``draft`` are :class:`MarkovChain` s over the same states; the prefix
 x_{1:n-1} is summarised by the current state, and prefixes are distributed as under the target
 (the accepted prefix has the target's law, Thm 1).
+
+Argument order: every function that takes a target and a draft takes them **keyword-only, target
+first** (``target=..., draft=...``). The two share a type and a shape, so a positional swap would
+give silently wrong numbers; keyword-only makes it a ``TypeError`` instead.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from .distributions import as_distribution, residual, tv
 __all__ = [
     "standard_acceptance",
     "expected_rejections",
+    "expected_target_calls",
     "rejections_per_position",
     "check_rejection_based",
     "rejection_based_output",
@@ -22,9 +27,11 @@ __all__ = [
     "random_rejection_based_acceptance",
     "residual_chain",
     "batch_expected_rejections",
+    "batch_expected_target_calls",
     "batch_rejections_per_position",
     "batch_improvement",
     "batch_rejections_limit",
+    "batch_target_calls_limit",
     "batch_round_starts",
     "bernoulli_all_reject",
     "bernoulli_batch_improvement",
@@ -34,53 +41,115 @@ __all__ = [
 ]
 
 
-def _check_pair(draft: MarkovChain, target: MarkovChain, horizon: int) -> int:
-    if not isinstance(draft, MarkovChain) or not isinstance(target, MarkovChain):
-        raise SpecboundError("draft and target must be specbound.theory.MarkovChain instances")
+def _check_pair(*, target: MarkovChain, draft: MarkovChain, horizon: int | None) -> int:
+    """Validate a (target, draft) pair of chains and resolve the horizon T.
+
+    ``horizon=None`` means the chains' own horizon (the number of transition matrices of the
+    non-stationary one(s)); it is an error when both chains are stationary or when their horizons differ.
+    """
+    if not isinstance(target, MarkovChain) or not isinstance(draft, MarkovChain):
+        raise SpecboundError(
+            "target and draft must be specbound.theory.MarkovChain instances, got "
+            f"target={type(target).__name__}, draft={type(draft).__name__}"
+        )
     if draft.n_states != target.n_states:
         raise SpecboundError(
             f"draft has {draft.n_states} states but target has {target.n_states}: vocabularies must match"
         )
+    if horizon is None:
+        own = {chain.horizon for chain in (target, draft) if chain.horizon is not None}
+        if not own:
+            raise SpecboundError("horizon is required: both chains are stationary, so neither fixes T")
+        if len(own) > 1:
+            raise SpecboundError(
+                f"target has {target.horizon} transition matrices but draft has {draft.horizon}: "
+                "pass horizon explicitly"
+            )
+        horizon = own.pop()
     horizon = target.check_horizon(horizon)
     draft.check_horizon(horizon)
     return horizon
 
 
-def standard_acceptance(draft_probs, target_probs) -> np.ndarray:
-    """b(x) = min(1, target(x)/draft(x)), the acceptance of Alg. 1 (1 where the draft has no mass)."""
-    draft_probs = np.asarray(draft_probs, dtype=np.float64)
-    target_probs = np.asarray(target_probs, dtype=np.float64)
+def standard_acceptance(*, target, draft) -> np.ndarray:
+    """b(x) = min(1, target(x)/draft(x)), the acceptance of Alg. 1 (Yin et al. 2024, Alg. 1).
+
+    1 where the draft has no mass (such a token is never drafted). Works over the last axis.
+    """
+    draft = np.asarray(draft, dtype=np.float64)
+    target = np.asarray(target, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(draft_probs > 0, target_probs / np.where(draft_probs > 0, draft_probs, 1.0), 1.0)
+        ratio = np.where(draft > 0, target / np.where(draft > 0, draft, 1.0), 1.0)
     return np.minimum(1.0, ratio)
 
 
-def rejections_per_position(draft: MarkovChain, target: MarkovChain, horizon: int) -> np.ndarray:
-    """P(R_n = 1) for n = 1..T: E_{x_{n-1} ~ target}[TV(draft_n, target_n)] (Yin et al. 2024, Thm 1)."""
-    horizon = _check_pair(draft, target, horizon)
-    mu = target.marginals(horizon)[:-1]                       # laws of x_0..x_{T-1}
-    per_state_tv = tv(draft.stack(horizon), target.stack(horizon))  # (T, S)
-    return (mu * per_state_tv).sum(axis=1)
+def rejections_per_position(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None) -> np.ndarray:
+    """P(R_n = 1) for n = 1..T: E_{x_{n-1} ~ target}[TV(draft_n, target_n)] (Yin et al. 2024, Thm 1).
+
+    Shaped (T,); empty for T = 0. Computed one step at a time (memory O(S²) beyond the chains).
+    """
+    horizon = _check_pair(target=target, draft=draft, horizon=horizon)
+    out = np.zeros(horizon)
+    mu = target.initial.copy()                                   # law of x_{n-1} under the target
+    for n in range(horizon):
+        target_mat, draft_mat = target.transition(n), draft.transition(n)
+        out[n] = mu @ tv(draft_mat, target_mat)
+        if n + 1 < horizon:
+            mu = mu @ target_mat
+    return out
 
 
-def expected_rejections(draft: MarkovChain, target: MarkovChain, horizon: int) -> float:
+def expected_rejections(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None) -> float:
     """Exact E[N_rej] of speculative decoding drafting to the horizon (Yin et al. 2024, Thm 1).
 
     E[N_rej] = Σ_{n=1}^T E_{x_{1:n-1} ~ target}[ TV(draft_n(·|x_{1:n-1}), target_n(·|x_{1:n-1})) ].
-    With drafting to the horizon every round ends at a rejection, so the speed-up over
-    autoregressive decoding under Assumption 1 is T / E[N_rej].
+
+    This counts rejections, not rounds. A round ends at a rejection *or* when its last position T is
+    accepted, so the number of target calls is N_rej + 1{position T accepted}, see
+    :func:`expected_target_calls` (its expectation is E[N_rej] + 1 − P(R_T = 1), not E[N_rej]).
+    The paper's acceleration T/E[N_rej] (Assumption 1) therefore ignores the final round; it is
+    infinite for identical chains where the true ratio is T. ``horizon=None``: the chains' own T.
     """
-    return float(rejections_per_position(draft, target, horizon).sum())
+    return float(rejections_per_position(target=target, draft=draft, horizon=horizon).sum())
 
 
-def check_rejection_based(draft_probs, target_probs, accept, atol: float = 1e-12) -> np.ndarray:
-    """Validate an acceptance b of the unbiased rejection-based family: 0 ≤ b ≤ min(1, target/draft)."""
+def _calls_from_per_position(per_position: np.ndarray) -> float:
+    """E[#rounds] = E[N_rej] + 1 − P(R_T = 1) for drafting to the horizon; 0 for T = 0 (see below)."""
+    if per_position.size == 0:
+        return 0.0
+    return float(per_position.sum() + 1.0 - per_position[-1])
+
+
+def expected_target_calls(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None) -> float:
+    """Exact E[number of target calls] of Alg. 1 drafting to the horizon T (Yin et al. 2024, Alg. 1 / Thm 1).
+
+    Derivation. Every round makes one target call. A round starting at position n drafts n..T and
+    ends at its first rejection t (then x_t is resampled from the residual) or, with no rejection, after
+    accepting position T. A rejection at t < T starts a new round at t + 1; a rejection at t = T or an
+    accepted position T ends decoding. Hence
+
+        #calls = #rounds = #{rejections at t < T} + 1 = N_rej − R_T + 1,
+        E[#calls] = E[N_rej] + 1 − P(R_T = 1) = E[N_rej] + 1 − E_{x_{T-1} ~ target}[TV(draft_T, target_T)],
+
+    with E[N_rej] from Thm 1 (:func:`expected_rejections`) and P(R_T = 1) its last per-position term.
+    T = 0 makes no call (0). Bounds: 1 ≤ E[#calls] ≤ T for T ≥ 1 (identical chains: 1; disjoint: T).
+    The speed-up over autoregressive decoding under Assumption 1 (one call costs O(1), drafting is
+    free) is T / E[#calls].
+    """
+    return _calls_from_per_position(rejections_per_position(target=target, draft=draft, horizon=horizon))
+
+
+def check_rejection_based(*, target, draft, accept, atol: float = 1e-12) -> np.ndarray:
+    """Validate an acceptance b of the unbiased rejection-based family: 0 ≤ b ≤ min(1, target/draft).
+
+    The family F of Yin et al. 2024, Thm 2 (unbiased ⇔ draft·b ≤ target pointwise).
+    """
     accept = np.asarray(accept, dtype=np.float64)
-    if accept.shape != np.shape(draft_probs):
-        raise SpecboundError(f"acceptance shape {accept.shape} != distribution shape {np.shape(draft_probs)}")
+    if accept.shape != np.shape(draft):
+        raise SpecboundError(f"acceptance shape {accept.shape} != distribution shape {np.shape(draft)}")
     if np.any(accept < -atol) or np.any(accept > 1 + atol):
         raise SpecboundError("acceptance probabilities must lie in [0, 1]")
-    excess = accept * np.asarray(draft_probs) - np.asarray(target_probs)
+    excess = accept * np.asarray(draft) - np.asarray(target)
     if np.any(excess > atol):
         raise SpecboundError(
             "acceptance exceeds min(1, target/draft): this over-accepts and biases the output "
@@ -89,47 +158,56 @@ def check_rejection_based(draft_probs, target_probs, accept, atol: float = 1e-12
     return np.clip(accept, 0.0, 1.0)
 
 
-def rejection_based_output(draft_probs, target_probs, accept, resample=None) -> np.ndarray:
+def rejection_based_output(*, target, draft, accept, resample=None) -> np.ndarray:
     """Output law of one rejection step: draft·b + (1 − β)·P with β = Σ draft·b (Yin et al. 2024, Thm 2).
 
     ``resample`` defaults to the residual [target − b·draft]_+ normalised.
     """
-    draft_probs = np.asarray(draft_probs, dtype=np.float64)
+    draft = np.asarray(draft, dtype=np.float64)
     accept = np.asarray(accept, dtype=np.float64)
     if resample is None:
-        resample = residual(target_probs, draft_probs, accept)
-    beta = (draft_probs * accept).sum(axis=-1, keepdims=True)
-    return draft_probs * accept + (1.0 - beta) * np.asarray(resample, dtype=np.float64)
+        resample = residual(target=target, draft=draft, accept=accept)
+    beta = (draft * accept).sum(axis=-1, keepdims=True)
+    return draft * accept + (1.0 - beta) * np.asarray(resample, dtype=np.float64)
 
 
-def rejection_based_expected_rejections(
-    draft: MarkovChain, target: MarkovChain, accept, horizon: int
-) -> float:
+def rejection_based_expected_rejections(*, target: MarkovChain, draft: MarkovChain, accept,
+                                        horizon: int | None = None) -> float:
     """Exact E[N_rej] of an unbiased rejection-based algorithm with acceptance b (Yin et al. 2024, Thm 2).
 
-    ``accept`` has the shape of the transitions, (S, S) or (T, S, S): accept[n, s, y] is the
-    probability of accepting drafted token y at step n+1 from state s. Because the algorithm is
+    ``accept`` has the shape of the transitions, (S, S) or (T', S, S) with T' ≥ T: accept[n, s, y] is
+    the probability of accepting drafted token y at step n+1 from state s. Because the algorithm is
     unbiased the prefix law is the target's, so E[N_rej] = Σ_n E_{x ~ target}[1 − Σ_y draft·b].
     Thm 2: this is never below :func:`expected_rejections`, with equality iff b = min(1, target/draft).
     """
-    horizon = _check_pair(draft, target, horizon)
-    draft_mats = draft.stack(horizon)
+    horizon = _check_pair(target=target, draft=draft, horizon=horizon)
     accept = np.asarray(accept, dtype=np.float64)
-    if accept.ndim == 2:
-        accept = np.broadcast_to(accept, draft_mats.shape)
-    else:
-        accept = accept[:horizon]
-    accept = check_rejection_based(draft_mats, target.stack(horizon), accept)
-    mu = target.marginals(horizon)[:-1]
-    reject = 1.0 - (draft_mats * accept).sum(axis=-1)      # (T, S)
-    return float((mu * reject).sum())
+    states = target.n_states
+    if accept.ndim not in (2, 3) or accept.shape[-2:] != (states, states) or \
+            (accept.ndim == 3 and accept.shape[0] < horizon):
+        raise SpecboundError(
+            f"accept must be shaped ({states}, {states}) or (T, {states}, {states}) with T >= {horizon}, "
+            f"got {accept.shape}"
+        )
+    total = 0.0
+    mu = target.initial.copy()
+    for n in range(horizon):
+        target_mat, draft_mat = target.transition(n), draft.transition(n)
+        b = check_rejection_based(target=target_mat, draft=draft_mat,
+                                  accept=accept if accept.ndim == 2 else accept[n])
+        total += float(mu @ (1.0 - (draft_mat * b).sum(axis=-1)))
+        if n + 1 < horizon:
+            mu = mu @ target_mat
+    return total
 
 
-def random_rejection_based_acceptance(draft: MarkovChain, target: MarkovChain, horizon: int, seed=None):
-    """A random member of the unbiased family: b = u · min(1, target/draft), u ~ U[0, 1] per entry."""
-    horizon = _check_pair(draft, target, horizon)
+def random_rejection_based_acceptance(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None,
+                                      seed=None):
+    """A random member of the unbiased family of Yin et al. 2024, Thm 2: b = u · min(1, target/draft),
+    u ~ U[0, 1] per entry. Shaped (T, S, S)."""
+    horizon = _check_pair(target=target, draft=draft, horizon=horizon)
     rng = np.random.default_rng(seed)
-    base = standard_acceptance(draft.stack(horizon), target.stack(horizon))
+    base = standard_acceptance(target=target.stack(horizon), draft=draft.stack(horizon))
     return base * rng.random(base.shape)
 
 
@@ -142,11 +220,15 @@ def random_rejection_based_acceptance(draft: MarkovChain, target: MarkovChain, h
 # residual is updated r^k = [r^{k-1} − draft]_+ / TV(draft, r^{k-1}). If every candidate is
 # rejected, the token is drawn from r^M and a new round starts at the next position.
 #
-# Two branching rules (yin2024.md §2; the paper's exact rule is an open point):
+# The paper's exact branching rule is an open point (yin2024.md §2, §6.1). Two reconstructions:
 #   design "B": only the round's first position uses the M candidates; after an acceptance only
-#               the accepted sequence continues (plain Alg. 1 for the rest of the round).
+#               the accepted sequence continues (plain Alg. 1 for the rest of the round). This is
+#               the one consistent with Prop. 1 (M → ∞ leaves rejections > 0), and the one whose
+#               f-recursion is the derived form of Thm 3 (yin2024.md §3).
 #   design "A": full prefix-tree DFS; at every position all candidates that agree with the
-#               accepted prefix are tried with residual updates.
+#               accepted prefix are tried with residual updates. A DERIVED VARIANT, not the paper's
+#               statement: its rejections keep falling toward 0 as M grows (when supp target ⊆
+#               supp draft), contradicting Prop. 1. Its exact values come from our own recursion.
 
 _DESIGNS = ("A", "B")
 
@@ -166,24 +248,42 @@ def _check_design(design) -> str:
     return key
 
 
-def _unnormalised_residuals(draft_probs: np.ndarray, target_probs: np.ndarray, drafts: int) -> np.ndarray:
+def _unnormalised_residuals(*, target: np.ndarray, draft: np.ndarray, drafts: int) -> np.ndarray:
     """R^k = ρ_k · r^k for k = 0..M, shaped (..., M+1, V): R^0 = target, R^{k+1} = [R^k − ρ_k·draft]_+.
 
     ρ_k = Σ R^k is the probability that the first k candidates are all rejected. This form needs no
     division, so it stays exact when TV(draft, r^k) = 0 (then R^{k+1} = 0: the process has stopped).
     """
-    shape = np.broadcast_shapes(draft_probs.shape, target_probs.shape)
-    draft_probs = np.broadcast_to(draft_probs, shape)
+    shape = np.broadcast_shapes(draft.shape, target.shape)
+    draft = np.broadcast_to(draft, shape)
     out = np.empty(shape[:-1] + (drafts + 1, shape[-1]))
-    out[..., 0, :] = target_probs
+    out[..., 0, :] = target
     for k in range(drafts):
         prev = out[..., k, :]
         rho = prev.sum(axis=-1, keepdims=True)
-        out[..., k + 1, :] = np.clip(prev - rho * draft_probs, 0.0, None)
+        out[..., k + 1, :] = np.clip(prev - rho * draft, 0.0, None)
     return out
 
 
-def residual_chain(draft_probs, target_probs, drafts: int) -> tuple[np.ndarray, np.ndarray]:
+def _all_reject_mass(*, target: np.ndarray, draft: np.ndarray, drafts: int | None) -> np.ndarray:
+    """ρ_M · r^M (unnormalised last residual R^M) over the last axis; ``drafts=None``: the M → ∞ limit.
+
+    Same values as ``_unnormalised_residuals(...)[..., -1, :]`` but keeps only one residual in memory.
+    As M → ∞, ρ_M → target mass outside supp(draft) and ρ_M r^M → target on that set (Prop. 1).
+    """
+    if drafts is None:
+        return np.where(draft > 0, 0.0, target)
+    mass = np.array(target, dtype=np.float64, copy=True)
+    for _ in range(drafts):
+        rho = mass.sum(axis=-1, keepdims=True)
+        if not np.any(rho > 0):
+            break
+        mass -= rho * draft
+        np.clip(mass, 0.0, None, out=mass)
+    return mass
+
+
+def residual_chain(*, target, draft, drafts: int) -> tuple[np.ndarray, np.ndarray]:
     """Residual sequence of recursive rejection sampling with ``drafts`` i.i.d. draft candidates.
 
     Yin et al. 2024, Thm 3 (batch SD, Alg. 4): r^0 = target, r^{k+1} = [r^k − draft]_+ / TV(draft, r^k),
@@ -196,16 +296,14 @@ def residual_chain(draft_probs, target_probs, drafts: int) -> tuple[np.ndarray, 
     (they are never sampled from; their weight ρ is 0).
     """
     drafts = _check_drafts(drafts)
-    draft_probs = as_distribution(draft_probs, "draft_probs")
-    target_probs = as_distribution(target_probs, "target_probs")
-    if draft_probs.shape[-1] != target_probs.shape[-1]:
-        raise SpecboundError(
-            f"draft_probs has {draft_probs.shape[-1]} tokens but target_probs has {target_probs.shape[-1]}"
-        )
-    unnorm = _unnormalised_residuals(draft_probs, target_probs, drafts)
+    draft = as_distribution(draft, "draft")
+    target = as_distribution(target, "target")
+    if draft.shape[-1] != target.shape[-1]:
+        raise SpecboundError(f"draft has {draft.shape[-1]} tokens but target has {target.shape[-1]}")
+    unnorm = _unnormalised_residuals(target=target, draft=draft, drafts=drafts)
     rho = unnorm.sum(axis=-1)                                   # (..., M+1)
     residuals = np.empty_like(unnorm)
-    residuals[..., 0, :] = target_probs
+    residuals[..., 0, :] = target
     for k in range(1, drafts + 1):
         alive = rho[..., k, None] > 0
         safe = np.where(alive, rho[..., k, None], 1.0)
@@ -213,54 +311,53 @@ def residual_chain(draft_probs, target_probs, drafts: int) -> tuple[np.ndarray, 
     return residuals, rho
 
 
-def _batch_b_terms(draft: MarkovChain, target: MarkovChain, horizon: int, drafts: int | None):
-    """Per-position rejections and round-start measures f_n of design B (``drafts=None``: M → ∞)."""
-    horizon = _check_pair(draft, target, horizon)
-    draft_mats = draft.stack(horizon)
-    target_mats = target.stack(horizon)
-    mu = target.marginals(horizon)[:-1]                          # (T, S): laws of x_{n-1}
-    tv_n = np.clip(target_mats - draft_mats, 0.0, None).sum(-1)  # (T, S) = TV(draft_n, target_n)
-    excess = np.clip(target_mats - draft_mats, 0.0, None)        # [target − draft]_+, (T, S, S)
-    if drafts is None:
-        # Prop. 1: ρ_M → target mass outside supp(draft) and ρ_M r^M → target on that set.
-        # (With supp target ⊆ supp draft this is 0 and the note's limit recursion is recovered.)
-        all_reject_mass = np.where(draft_mats > 0, 0.0, target_mats)
-    else:
-        all_reject_mass = _unnormalised_residuals(draft_mats, target_mats, drafts)[..., -1, :]
-    rho = all_reject_mass.sum(-1)                                # (T, S) = ρ_M
-    f = np.empty_like(mu)
-    f[0] = target.initial
-    for n in range(horizon - 1):
-        f[n + 1] = f[n] @ all_reject_mass[n] + (mu[n] - f[n]) @ excess[n]
-    per_position = (f * rho + (mu - f) * tv_n).sum(-1)
-    improvement = (f * (tv_n - rho)).sum(-1)
+def _batch_b_terms(*, target: MarkovChain, draft: MarkovChain, horizon: int | None, drafts: int | None):
+    """Per-position rejections, per-position improvement and round-start measures f_n of design B.
+
+    ``drafts=None``: M → ∞. Returns arrays shaped (T,), (T,), (T, S); all empty for T = 0.
+    Computed one step at a time: memory O(S²) beyond the chains themselves.
+    """
+    horizon = _check_pair(target=target, draft=draft, horizon=horizon)
+    per_position = np.zeros(horizon)
+    improvement = np.zeros(horizon)
+    f = np.zeros((horizon, target.n_states))
+    mu = target.initial.copy()                                   # law of x_{n-1}
+    f_n = target.initial.copy()                                  # f_1 = initial: round 1 starts at n = 1
+    for n in range(horizon):
+        target_mat, draft_mat = target.transition(n), draft.transition(n)
+        excess = np.clip(target_mat - draft_mat, 0.0, None)      # [target − draft]_+, (S, S)
+        tv_n = excess.sum(-1)                                    # TV(draft_n, target_n), (S,)
+        reject_mass = _all_reject_mass(target=target_mat, draft=draft_mat, drafts=drafts)
+        rho = reject_mass.sum(-1)                                # ρ_M, (S,)
+        f[n] = f_n
+        per_position[n] = f_n @ rho + (mu - f_n) @ tv_n
+        improvement[n] = f_n @ (tv_n - rho)
+        if n + 1 < horizon:
+            f_n = f_n @ reject_mass + (mu - f_n) @ excess
+            mu = mu @ target_mat
     return per_position, improvement, f
 
 
-def _design_a_per_position(draft: MarkovChain, target: MarkovChain, horizon: int, drafts: int,
+def _design_a_per_position(*, target: MarkovChain, draft: MarkovChain, horizon: int | None, drafts: int,
                            branching: bool = True) -> np.ndarray:
-    """Per-position rejections of design A by a recursion over (state, surviving candidates).
+    """Per-position rejections of design A (a derived variant of Yin et al. 2024, Alg. 4; not Thm 3).
 
-    g_n[s, j-1] = P(x_{n-1} = s and j candidates are alive at position n). Given that, the alive
-    candidates' tokens at n are i.i.d. draft_n(·|s) (their continuations are drawn independently of
-    everything verified so far), so position n is RRS with j candidates:
+    Recursion over (state, surviving candidates): g_n[s, j-1] = P(x_{n-1} = s and j candidates are
+    alive at position n). Given that, the alive candidates' tokens at n are i.i.d. draft_n(·|s) (their
+    continuations are drawn independently of everything verified so far), so position n is RRS with
+    j candidates:
       * all j rejected (prob ρ_j): rejection, x_n ~ r^j, new round with M fresh candidates;
       * candidate k accepts token y (prob a_k(y) = min(ρ_{k-1}·draft(y), R^{k-1}(y))): the
         candidates before k carry other tokens (a rejected token has residual mass 0), each of the
         j − k later ones carries y independently with prob draft(y), so j' = 1 + Binomial(j − k, draft(y))
         candidates survive into position n+1.
     ``branching=False`` keeps only the accepted candidate (j' = 1): that is design B.
+    Cost O(T·S²·M²); memory O(S²·M) per step.
     """
     from scipy.stats import binom
 
-    horizon = _check_pair(draft, target, horizon)
-    draft_mats = draft.stack(horizon)
-    target_mats = target.stack(horizon)
+    horizon = _check_pair(target=target, draft=draft, horizon=horizon)
     n_states, m = draft.n_states, drafts
-    unnorm = _unnormalised_residuals(draft_mats, target_mats, m)        # (T, S, M+1, V)
-    rho = unnorm.sum(-1)                                                  # (T, S, M+1)
-    # a[n, s, k-1, y] = P(candidate k reached, draws y, accepts) for k = 1..M
-    accept_mass = np.minimum(rho[..., :-1, None] * draft_mats[:, :, None, :], unnorm[..., :-1, :])
     # Hankel index for c[d, y] = Σ_k g[k-1+d] a_k(y)
     k0 = np.arange(m)
     hankel = k0[None, :] + k0[:, None]                                    # [d, k0] -> j0
@@ -271,21 +368,26 @@ def _design_a_per_position(draft: MarkovChain, target: MarkovChain, horizon: int
     g[:, m - 1] = target.initial
     per_position = np.zeros(horizon)
     for n in range(horizon):
-        per_position[n] = (g * rho[n, :, 1:]).sum()
+        target_mat, draft_mat = target.transition(n), draft.transition(n)
+        unnorm = _unnormalised_residuals(target=target_mat, draft=draft_mat, drafts=m)   # (S, M+1, V)
+        rho = unnorm.sum(-1)                                                             # (S, M+1)
+        per_position[n] = (g * rho[:, 1:]).sum()
         if n == horizon - 1:
             break
+        # a[s, k-1, y] = P(candidate k reached, draws y, accepts) for k = 1..M
+        accept_mass = np.minimum(rho[:, :-1, None] * draft_mat[:, None, :], unnorm[:, :-1, :])
         new = np.zeros((n_states, m))
         for s in range(n_states):
             gs = g[s]
             if not np.any(gs > 0):
                 continue
-            new[:, m - 1] += gs @ unnorm[n, s, 1:, :]                     # all j rejected
+            new[:, m - 1] += gs @ unnorm[s, 1:, :]                        # all j rejected
             hank = np.where(valid, gs[hankel], 0.0)                       # (d, k0)
-            c = hank @ accept_mass[n, s]                                  # (d, y)
+            c = hank @ accept_mass[s]                                     # (d, y)
             if branching:
                 # binom_pmf[y, d, i] = P(Binomial(d, draft(y)) = i)
                 pmf = binom.pmf(counts[None, None, :], counts[None, :, None],
-                                draft_mats[n, s][:, None, None])
+                                draft_mat[s][:, None, None])
                 new += np.einsum("dy,ydi->yi", c, pmf)
             else:
                 new[:, 0] += c.sum(0)
@@ -293,69 +395,102 @@ def _design_a_per_position(draft: MarkovChain, target: MarkovChain, horizon: int
     return per_position
 
 
-def batch_rejections_per_position(draft: MarkovChain, target: MarkovChain, horizon: int, drafts: int,
-                                  design: str = "B") -> np.ndarray:
-    """P(R_n = 1) for n = 1..T under batch SD with ``drafts`` candidates (Yin et al. 2024, Thm 3).
+def batch_rejections_per_position(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None,
+                                  drafts: int, design: str = "B") -> np.ndarray:
+    """P(R_n = 1) for n = 1..T under batch SD with M = ``drafts`` candidates, shaped (T,).
 
-    Design "B" uses the round-start recursion of yin2024.md §3, design "A" the (state, surviving
-    candidates) recursion (see :func:`batch_expected_rejections`).
+    Design "B": Yin et al. 2024, Thm 3 (derived f-recursion, yin2024.md §3). Design "A": our derived
+    (state, surviving candidates) recursion for the prefix-tree DFS variant, not a paper statement
+    (see :func:`batch_expected_rejections`). Empty for T = 0.
     """
     drafts = _check_drafts(drafts)
     if _check_design(design) == "B":
-        return _batch_b_terms(draft, target, horizon, drafts)[0]
-    return _design_a_per_position(draft, target, horizon, drafts)
+        return _batch_b_terms(target=target, draft=draft, horizon=horizon, drafts=drafts)[0]
+    return _design_a_per_position(target=target, draft=draft, horizon=horizon, drafts=drafts)
 
 
-def batch_expected_rejections(draft: MarkovChain, target: MarkovChain, horizon: int, drafts: int,
-                              design: str = "B") -> float:
+def batch_expected_rejections(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None,
+                              drafts: int, design: str = "B") -> float:
     """Exact E[N_rej] of batch speculative decoding with M = ``drafts`` i.i.d. draft sequences.
 
-    Yin et al. 2024, Thm 3 (Alg. 4). Design "B" (branching only at the round start; default): with the
-    round-start measure f_1 = initial,
+    Design "B" (branching only at the round start; default) is Yin et al. 2024, Thm 3 (Alg. 4) in the
+    derived form of yin2024.md §3: with the round-start measure f_1 = initial,
         f_{n+1}(y) = Σ_s f_n(s)·ρ_M(s)·r^M(y|s) + (μ_{n-1}(s) − f_n(s))·[target_n − draft_n]_+(s, y),
         E[N_rej] = Σ_n Σ_s [ f_n(s)·ρ_M(s) + (μ_{n-1}(s) − f_n(s))·TV_n(s) ]
                  = Thm 1 − Σ_n Σ_s f_n(s)·(TV_n(s) − ρ_M(s)),
     where μ_{n-1} is the target marginal of x_{n-1} (the output is unbiased) and ρ_M, r^M come from
-    :func:`residual_chain`. M = 1 is Thm 1.
+    :func:`residual_chain`. M = 1 is Thm 1. Design B is the reconstruction consistent with Prop. 1.
 
-    Design "A" (full prefix-tree DFS, a derived reconstruction): exact recursion over
-    (state, number of surviving candidates); see ``_design_a_per_position``. Cost O(T·S²·M²).
+    Design "A" (full prefix-tree DFS) is a DERIVED VARIANT, not the paper's Thm 3: its rejections
+    keep falling toward 0 as M grows (when supp target ⊆ supp draft), which contradicts Prop. 1.
+    Exact recursion over (state, number of surviving candidates); see ``_design_a_per_position``.
+    Cost O(T·S²·M²).
+
+    T = 0 gives 0 for both designs.
     """
-    return float(batch_rejections_per_position(draft, target, horizon, drafts, design).sum())
+    return float(batch_rejections_per_position(target=target, draft=draft, horizon=horizon, drafts=drafts,
+                                               design=design).sum())
 
 
-def batch_improvement(draft: MarkovChain, target: MarkovChain, horizon: int, drafts: int,
-                      design: str = "B") -> float:
-    """Batch improvement E[N_rej^SD] − E[N_rej^batch] ≥ 0 (Yin et al. 2024, Thm 3).
+def batch_expected_target_calls(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None,
+                                drafts: int, design: str = "B") -> float:
+    """Exact E[number of target calls] of batch SD drafting to the horizon (Yin et al. 2024, Alg. 4 / Thm 3).
+
+    One target call per round. As in Alg. 1 (:func:`expected_target_calls`), a round ends at its
+    first rejection (every tested candidate rejected) or after accepting position T, and a rejection at
+    t < T starts the next round at t + 1, so #calls = N_rej − R_T + 1 and
+
+        E[#calls] = E[N_rej] + 1 − P(R_T = 1),
+
+    where, for design B, P(R_T = 1) = Σ_s f_T(s)·ρ_M(s) + (μ_{T-1}(s) − f_T(s))·TV_T(s) is the last term
+    of the Thm 3 f-recursion (:func:`batch_rejections_per_position`). Design "A" uses the same
+    identity with our derived design-A recursion (a variant, not the paper's statement). T = 0 gives 0.
+    """
+    return _calls_from_per_position(batch_rejections_per_position(
+        target=target, draft=draft, horizon=horizon, drafts=drafts, design=design))
+
+
+def batch_improvement(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None,
+                      drafts: int, design: str = "B") -> float:
+    """Batch improvement E[N_rej^SD] − E[N_rej^batch] ≥ 0 (Yin et al. 2024, Thm 3; design B).
 
     For design B it is computed directly as Σ_n Σ_s f_n(s)·(TV_n(s) − ρ_M(s)) (no cancellation).
+    Design "A" (derived variant, not the paper's statement) is the difference of the two exact values.
+    T = 0 gives 0.
     """
     drafts = _check_drafts(drafts)
     if _check_design(design) == "B":
-        return float(_batch_b_terms(draft, target, horizon, drafts)[1].sum())
-    return expected_rejections(draft, target, horizon) - batch_expected_rejections(
-        draft, target, horizon, drafts, design)
+        return float(_batch_b_terms(target=target, draft=draft, horizon=horizon, drafts=drafts)[1].sum())
+    return expected_rejections(target=target, draft=draft, horizon=horizon) - batch_expected_rejections(
+        target=target, draft=draft, horizon=horizon, drafts=drafts, design=design)
 
 
-def batch_rejections_limit(draft: MarkovChain, target: MarkovChain, horizon: int) -> float:
+def batch_rejections_limit(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None) -> float:
     """lim_{M→∞} E[N_rej^batch] under design B (Yin et al. 2024, Prop. 1).
 
     As M → ∞, ρ_M → target mass outside supp(draft) (0 when supp target ⊆ supp draft), so
         f_{n+1}^∞(y) = Σ_s f_n^∞(s)·target_n(y|s)·1[draft_n(y|s) = 0] + (μ_{n-1}(s) − f_n^∞(s))·[target_n − draft_n]_+(s, y)
     and the limit is Σ_n Σ_s [f_n^∞·ρ_∞ + (μ_{n-1} − f_n^∞)·TV_n], which stays > 0: only the first
-    token of each round benefits from more drafts.
+    token of each round benefits from more drafts. T = 0 gives 0.
     """
-    return float(_batch_b_terms(draft, target, horizon, None)[0].sum())
+    return float(_batch_b_terms(target=target, draft=draft, horizon=horizon, drafts=None)[0].sum())
 
 
-def batch_round_starts(draft: MarkovChain, target: MarkovChain, horizon: int, drafts: int | None) -> np.ndarray:
+def batch_target_calls_limit(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None) -> float:
+    """lim_{M→∞} E[number of target calls] of batch SD, design B (Yin et al. 2024, Prop. 1 with the
+    round count of :func:`batch_expected_target_calls`): E[N_rej^∞] + 1 − P^∞(R_T = 1). T = 0 gives 0."""
+    return _calls_from_per_position(_batch_b_terms(target=target, draft=draft, horizon=horizon, drafts=None)[0])
+
+
+def batch_round_starts(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None,
+                       drafts: int | None) -> np.ndarray:
     """Round-start measure f_n(s) = P(x_{n-1} = s, a round starts at n), shaped (T, S), design B.
 
-    Yin et al. 2024, Thm 3 / Prop. 1 (``drafts=None`` gives the M → ∞ measure f^∞).
+    Yin et al. 2024, Thm 3 / Prop. 1 (``drafts=None`` gives the M → ∞ measure f^∞). Shaped (0, S) for T = 0.
     """
     if drafts is not None:
         drafts = _check_drafts(drafts)
-    return _batch_b_terms(draft, target, horizon, drafts)[2]
+    return _batch_b_terms(target=target, draft=draft, horizon=horizon, drafts=drafts)[2]
 
 
 # ---------------------------------------------------------------------- closed forms (§3, Fig. 3)
@@ -374,11 +509,12 @@ def _drafts_array(drafts):
     return arr
 
 
-def bernoulli_all_reject(draft_p1, target_p1, drafts):
-    """ρ_M for draft = Ber(a), target = Ber(c): |c − a|·(1 − draft(x*))^{M−1} (Yin et al. 2024, Thm 3).
+def bernoulli_all_reject(*, target_p1, draft_p1, drafts):
+    """ρ_M for target = Ber(c), draft = Ber(a): |c − a|·(1 − draft(x*))^{M−1} (Yin et al. 2024, Thm 3).
 
-    x* is the token where target > draft (x* = 1 if c > a, else 0); after the first rejection the
-    residual is δ_{x*}. Broadcasts over its arguments. (Derived closed form, yin2024.md §3.)
+    ``target_p1`` = c and ``draft_p1`` = a are the probabilities of token 1. x* is the token where
+    target > draft (x* = 1 if c > a, else 0); after the first rejection the residual is δ_{x*}.
+    Broadcasts over its arguments. (Derived closed form, yin2024.md §3.)
     """
     a = _prob_array(draft_p1, "draft_p1")
     c = _prob_array(target_p1, "target_p1")
@@ -387,37 +523,40 @@ def bernoulli_all_reject(draft_p1, target_p1, drafts):
     return np.abs(c - a) * (1.0 - draft_at_star) ** (m - 1)
 
 
-def bernoulli_batch_improvement(draft_p1, target_p1, drafts):
+def bernoulli_batch_improvement(*, target_p1, draft_p1, drafts):
     """One-round-start batch improvement TV − ρ_M = |c − a|·(1 − (1 − draft(x*))^{M−1}) (Yin et al. 2024, Thm 3)."""
     a = _prob_array(draft_p1, "draft_p1")
     c = _prob_array(target_p1, "target_p1")
-    return np.abs(c - a) - bernoulli_all_reject(a, c, drafts)
+    return np.abs(c - a) - bernoulli_all_reject(target_p1=c, draft_p1=a, drafts=drafts)
 
 
-def _uniform_sizes(k, m):
-    k_arr, m_arr = np.asarray(k), np.asarray(m)
-    for arr, name in ((k_arr, "k"), (m_arr, "m")):
+def _uniform_sizes(target_support, draft_support):
+    m_arr, k_arr = np.asarray(target_support), np.asarray(draft_support)
+    for arr, name in ((m_arr, "target_support"), (k_arr, "draft_support")):
         if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer) or np.any(arr < 1):
             raise SpecboundError(f"{name} must be integer(s) >= 1, got {arr!r}")
     if np.any(m_arr > k_arr):
-        raise SpecboundError("target support m must be a subset of the draft support k (m <= k)")
-    return k_arr, m_arr
+        raise SpecboundError(
+            "the target's support must be a subset of the draft's (target_support <= draft_support)"
+        )
+    return m_arr, k_arr
 
 
-def uniform_all_reject(k, m, drafts):
-    """ρ_M = (1 − m/k)^M for draft uniform on k tokens, target uniform on m of them (Yin et al. 2024, Thm 3).
+def uniform_all_reject(*, target_support, draft_support, drafts):
+    """ρ_M = (1 − m/k)^M for target uniform on m tokens, draft uniform on k ⊇ them (Yin et al. 2024, Thm 3).
 
-    Every residual equals the target (uniform on its m tokens), so each candidate is rejected with
-    probability TV = 1 − m/k independently. (Derived closed form, yin2024.md §3.)
+    ``target_support`` = m, ``draft_support`` = k (the note's notation). Every residual equals the
+    target (uniform on its m tokens), so each candidate is rejected with probability TV = 1 − m/k
+    independently. (Derived closed form, yin2024.md §3.)
     """
-    k_arr, m_arr = _uniform_sizes(k, m)
+    m_arr, k_arr = _uniform_sizes(target_support, draft_support)
     return (1.0 - m_arr / k_arr) ** _drafts_array(drafts)
 
 
-def uniform_batch_improvement(k, m, drafts):
+def uniform_batch_improvement(*, target_support, draft_support, drafts):
     """One-round-start batch improvement TV − ρ_M = (1 − m/k) − (1 − m/k)^M (Yin et al. 2024, Thm 3)."""
-    k_arr, m_arr = _uniform_sizes(k, m)
-    return (1.0 - m_arr / k_arr) - uniform_all_reject(k_arr, m_arr, drafts)
+    m_arr, k_arr = _uniform_sizes(target_support, draft_support)
+    return (1.0 - m_arr / k_arr) - uniform_all_reject(target_support=m_arr, draft_support=k_arr, drafts=drafts)
 
 
 # ---------------------------------------------------------------------- Monte Carlo (pure NumPy)
@@ -429,17 +568,17 @@ def _categorical(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
     return (u >= cdf).sum(axis=-1).clip(max=probs.shape[-1] - 1)
 
 
-def _rrs_residual_step(resid: np.ndarray, draft_rows: np.ndarray, target_rows: np.ndarray) -> np.ndarray:
+def _rrs_residual_step(resid: np.ndarray, *, target_rows: np.ndarray, draft_rows: np.ndarray) -> np.ndarray:
     """r ← [r − draft]_+ / TV(draft, r): the residual update after a rejected candidate."""
     excess = np.clip(resid - draft_rows, 0.0, None)
     mass = excess.sum(-1, keepdims=True)
     return np.where(mass > 0, excess / np.where(mass > 0, mass, 1.0), resid)
 
 
-def _simulate_batch(draft: MarkovChain, target: MarkovChain, horizon: int, drafts: int, design: str,
+def _simulate_batch(*, target: MarkovChain, draft: MarkovChain, horizon: int | None, drafts: int, design: str,
                     n_runs: int, rng: np.random.Generator, residual_step=_rrs_residual_step):
     """Vectorised simulation of Alg. 4; returns (rejections per run, paths x_0..x_T)."""
-    horizon = _check_pair(draft, target, horizon)
+    horizon = _check_pair(target=target, draft=draft, horizon=horizon)
     draft_mats = draft.stack(horizon)
     target_mats = target.stack(horizon)
     n, m = n_runs, drafts
@@ -470,7 +609,7 @@ def _simulate_batch(draft: MarkovChain, target: MarkovChain, horizon: int, draft
             ok = rng.random(live.size) * draft_rows[live, y] < resid[live, y]   # u < r(y)/draft(y)
             accepted[live[ok]] = k
             bad = live[~ok]
-            resid[bad] = residual_step(resid[bad], draft_rows[bad], target_rows[bad])
+            resid[bad] = residual_step(resid[bad], target_rows=target_rows[bad], draft_rows=draft_rows[bad])
         acc = np.flatnonzero(accepted >= 0)
         y = tokens[acc, accepted[acc], t]
         paths[acc, t] = y
@@ -486,23 +625,25 @@ def _simulate_batch(draft: MarkovChain, target: MarkovChain, horizon: int, draft
     return rejections, paths
 
 
-def simulate_batch_rejections(draft: MarkovChain, target: MarkovChain, horizon: int, drafts: int,
-                              design: str = "B", n_runs: int = 10_000, seed=None,
+def simulate_batch_rejections(*, target: MarkovChain, draft: MarkovChain, horizon: int | None = None,
+                              drafts: int, design: str = "B", n_runs: int = 10_000, seed=None,
                               return_paths: bool = False):
     """Monte Carlo of batch speculative decoding (Yin et al. 2024, Alg. 4 / Thm 3), pure NumPy.
 
     Each round draws ``drafts`` i.i.d. draft sequences up to the horizon from the accepted prefix;
     candidates are verified by recursive rejection sampling with residual updates, branching as in
-    design "A" (all candidates agreeing with the accepted prefix stay alive) or "B" (only the
-    accepted candidate continues after the round start). ``drafts=1`` is Alg. 1 (Thm 1).
+    design "B" (only the accepted candidate continues after the round start; the reconstruction of
+    Thm 3) or "A" (all candidates agreeing with the accepted prefix stay alive; a derived variant).
+    ``drafts=1`` is Alg. 1 (Thm 1).
 
     Returns the number of rejections per run, shaped (n_runs,); with ``return_paths=True`` also the
     generated paths x_0..x_T, shaped (n_runs, T+1) (x_0 ~ target.initial), whose law is the target's.
     """
     drafts = _check_drafts(drafts)
     design = _check_design(design)
-    if int(n_runs) < 1:
+    if isinstance(n_runs, bool) or int(n_runs) < 1:
         raise SpecboundError(f"n_runs must be >= 1, got {n_runs}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    rejections, paths = _simulate_batch(draft, target, horizon, drafts, design, int(n_runs), rng)
+    rejections, paths = _simulate_batch(target=target, draft=draft, horizon=horizon, drafts=drafts,
+                                        design=design, n_runs=int(n_runs), rng=rng)
     return (rejections, paths) if return_paths else rejections

@@ -89,6 +89,8 @@ def expected_speedup(alpha, gamma: int, draft_cost: float, verify_cost: CostProf
     """Predicted speed-up over target autoregressive decoding (t(1) per token).
 
     speed-up(γ) = E[tokens per step](α, γ) · t(1) / (γ · c_draft + t(γ + 1)).
+    With one rate α and t(k) = t(1) this is Leviathan et al. 2023's improvement factor
+    (1 − α^{γ+1}) / ((1 − α)(γc + 1)), c = c_draft / t(1); Yin et al. 2024's Assumption 1 is c = 0.
     """
     if draft_cost < 0:
         raise SpecboundError("draft_cost must be >= 0")
@@ -98,7 +100,11 @@ def expected_speedup(alpha, gamma: int, draft_cost: float, verify_cost: CostProf
 def best_gamma(alpha, draft_cost: float, verify_cost: CostProfile, max_gamma: int = 16,
                min_gain: float = 1.0) -> tuple[int, float]:
     """The draft length with the largest predicted speed-up; γ = 0 (plain decoding) unless some
-    γ ≥ 1 beats it by the factor ``min_gain``. Returns (γ, predicted speed-up)."""
+    γ ≥ 1 beats it by the factor ``min_gain``. Returns (γ, predicted speed-up).
+
+    Maximises :func:`expected_speedup` over γ, as Leviathan et al. 2023 choose γ from their
+    improvement factor, here with measured costs.
+    """
     if max_gamma < 0:
         raise SpecboundError("max_gamma must be >= 0")
     gains = [expected_speedup(alpha, g, draft_cost, verify_cost) for g in range(max_gamma + 1)]
