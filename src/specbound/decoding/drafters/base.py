@@ -66,14 +66,15 @@ class DraftCache:
     """A model's cache seen as committed chain + this round's tree: drafter node id → cache slot.
 
     :meth:`start` reads the committed tokens the model has not read and returns the logits at the
-    root (the last committed token); :meth:`read` reads nodes whose parents are the root, cached
+    root (the last committed token); ``chain_only`` (a drafter that only ever extends one chain)
+    lets reads use plain forwards; :meth:`read` reads nodes whose parents are the root, cached
     nodes or earlier nodes of the same call — ONE ``forward_tree`` per call, never re-reading an
     ancestor; :meth:`keep` leaves the committed chain plus the longest cached prefix of the accepted
     path; :meth:`restore` drops the tree.
     """
 
-    def __init__(self, model: LanguageModel):
-        self.model = model
+    def __init__(self, model: LanguageModel, chain_only: bool = False):
+        self.model, self.chain_only = model, chain_only
         self.slot: dict[int, int] = {}
         self.root_slot = -1
         self.calls = 0
@@ -120,8 +121,11 @@ class DraftCache:
         return logits
 
     def _extends_chain(self, slots: list[int], base: int) -> bool:
+        """Chain-only users (the chain drafter) read with plain forwards: the drafted tokens extend the
+        committed chain until :meth:`keep` (no tree mask). Tree users must not: a later node could
+        attach under an earlier slot, which a committed chain no longer allows."""
         model = self.model
-        return model.committed_length == base and all(s == base - 1 + i for i, s in enumerate(slots))
+        return self.chain_only and model.committed_length == base and all(s == base - 1 + i for i, s in enumerate(slots))
 
     def keep(self, path: list[int]) -> None:
         kept = []

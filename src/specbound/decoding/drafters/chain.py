@@ -51,7 +51,7 @@ class ChainDrafter(Drafter):
             raise SpecboundError(f"the chain drafter needs a draft LanguageModel, got {type(model).__name__}")
         self.model, self.gamma = model, check_gamma(gamma)
         self.budget: DraftBudget | None = gamma if isinstance(gamma, DraftBudget) else None
-        self.cache = DraftCache(model)
+        self.cache = DraftCache(model, chain_only=True)
         self.confidence = confidence_config(sampling)
         self._confidences: list[float] = []
 
