@@ -59,14 +59,47 @@ class PrepackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, prepacked=oneDNN"
 
 
-def _swap(module: nn.Module, match, make) -> int:
+_MADV_DONTNEED = 4
+
+
+def _release_pages(tensor: torch.Tensor) -> None:
+    """Give the pages under a CPU tensor that nothing will read again back to the OS now.
+
+    Loaded weights are views of the memory-mapped checkpoint; once a layer has been converted its
+    original pages would otherwise stay resident until the whole mapping goes (the converted
+    copies plus the originals peaked at ~2× the weights). Only called for tensors no other
+    parameter shares (a tied embedding is never released)."""
+    import ctypes
+    import mmap
+
+    if tensor.device.type != "cpu" or not tensor.is_contiguous() or tensor.numel() == 0:
+        return
+    page = mmap.PAGESIZE
+    start, end = tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
+    first, last = -(-start // page) * page, (end // page) * page
+    if last > first:
+        try:
+            ctypes.CDLL(None).madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), _MADV_DONTNEED)
+        except (OSError, AttributeError):
+            pass
+
+
+def _swap(model: nn.Module, match, make) -> int:
+    """Replace every sub-module for which ``match`` holds by ``make(module)``, releasing the pages of
+    the replaced weights that no other parameter shares."""
+    shared: dict[int, int] = {}
+    for p in model.parameters():
+        shared[p.data_ptr()] = shared.get(p.data_ptr(), 0) + 1
     count = 0
-    for name, child in list(module.named_children()):
-        if match(child):
-            setattr(module, name, make(child))
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not match(child):
+                continue
+            setattr(parent, name, make(child))
             count += 1
-        else:
-            count += _swap(child, match, make)
+            for p in child.parameters(recurse=False):
+                if shared.get(p.data_ptr(), 0) == 1:
+                    _release_pages(p.data)
     return count
 
 
@@ -111,8 +144,11 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import default_dynamic_qconfig
 
-        quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
-    _swap(model, lambda m: type(m) is DynamicLinear, OneRowPaddedLinear)
+        def to_int8(linear: nn.Linear) -> nn.Module:
+            linear.qconfig = default_dynamic_qconfig
+            return OneRowPaddedLinear(DynamicLinear.from_float(linear))
+
+        _swap(model, lambda m: type(m) is nn.Linear, to_int8)
     return model
