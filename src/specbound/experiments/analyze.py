@@ -148,7 +148,7 @@ class SetAnalysis:
     config: AnalyzeConfig
     moments: Moments
     samples: list[MomentSample]
-    bounds: dict[str, list[float]]
+    bounds: dict[str, list]                       # bound_all_forms: capacity, each form, published_is_bound
     draft_backend: str | None = None
     target_backend: str | None = None
     prompt_ids_lengths: list[int] = field(default_factory=list)
@@ -225,7 +225,7 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
     """Run (a)–(e) for one prompt set on a loaded target (and draft; None skips (d)). ``prompt_ids``
     (lists of token ids) may replace ``prompts`` (for tokenizer-less test models). Every unit of work
     goes through ``journal`` (``--resume``), keyed by the set name."""
-    journal = journal or no_journal()
+    journal = journal if journal is not None else no_journal()
     if prompt_ids is None:
         if prompts is None:
             from ..assets.prompts import load_prompts

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..decoding.policy import measure_forward_costs
 from ..decoding import DynamicTreeDrafter, SampledTreeDrafter, SamplingConfig, make_generator, speculative_decode
 from ..theory.speedup import CostProfile
 from .journal import PartialResults, no_journal
@@ -119,7 +120,7 @@ def drafter_values(target, draft, samples: list[MomentSample], positions: list[t
                    key: str = "drafter_exact") -> DrafterValues:
     """Exact E[X | drafted tree] of the dynamic and chain drafters at ``positions`` (the oracle's),
     for every P in ``capacities`` (see :func:`drafter_values_at`); one journal unit per position."""
-    journal = journal or no_journal()
+    journal = journal if journal is not None else no_journal()
     caps = [int(c) for c in capacities]
     pmax = max(caps)
     config = SamplingConfig(float(temperature))
@@ -199,7 +200,7 @@ def drafter_runs(target, draft, prompt_ids: list[list[int]], capacities, kind: s
     """τ(P) = tokens per target call of tree SD with a real drafter — ``"chain"`` (a sampled chain of
     P tokens: standard SD with γ = P), ``"dynamic"`` (best-first tree of P nodes) or ``"sampled"`` —
     plus the measured draft and target seconds per round; one journal unit per (P, prompt)."""
-    journal = journal or no_journal()
+    journal = journal if journal is not None else no_journal()
     prompts = prompt_ids[:n_prompts]
     caps = [int(c) for c in capacities]
     stage = Stage(progress, f"{kind} drafter", len(caps) * len(prompts))
@@ -228,8 +229,6 @@ def drafter_runs(target, draft, prompt_ids: list[list[int]], capacities, kind: s
 
 def measure_target_costs(target, prompt_ids: list[int], capacities, repeats: int = 3) -> CostProfile:
     """t(k): median seconds of a target pass over k new tokens after a real prompt, k = 1 and P + 1."""
-    from ..decoding.policy import measure_forward_costs
-
     ks = sorted({1} | {int(P) + 1 for P in capacities})
     target.reset()
     if len(prompt_ids) > 1:

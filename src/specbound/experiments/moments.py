@@ -113,7 +113,7 @@ def measure_moments(model, prompt_ids: list[list[int]], n_tokens: int, temperatu
     """μ, μ₂, E[H²] of ``model`` on its own samples at ``temperature`` (Pankratov & Alistarh 2026,
     §3.4); prompt i is sampled with seed ``seed + 1000·i``. Each prompt's sample is one journal unit
     ``{key}/{i}``."""
-    journal = journal or no_journal()
+    journal = journal if journal is not None else no_journal()
     stage = Stage(progress, f"{label}: sampling", len(prompt_ids))
     stops = stop_token_ids(model)
     samples = []

@@ -115,7 +115,7 @@ def oracle_values(model, samples: list[MomentSample], capacities, positions_want
                   key: str = "oracle") -> OracleValues:
     """Exact E[X | T*(P)] at ``positions_wanted`` positions of the target's own samples, for every
     P in ``capacities`` (one nested T*(P_max) per position; one journal unit per position)."""
-    journal = journal or no_journal()
+    journal = journal if journal is not None else no_journal()
     positions = choose_positions(samples, positions_wanted)
     caps = [int(c) for c in capacities]
     pmax = max(caps)
@@ -216,7 +216,7 @@ def oracle_sd(model, prompt_ids: list[list[int]], capacities, n_prompts: int, to
               journal: PartialResults | None = None, key: str = "oracle_sd") -> OracleSD:
     """Tree SD of ``model`` with the oracle drafter at every capacity P (Pankratov & Alistarh 2026,
     §1): per P, mean accepted X per round vs mean E[X | T] of the drafted trees."""
-    journal = journal or no_journal()
+    journal = journal if journal is not None else no_journal()
     config = SamplingConfig(float(temperature))
     caps = [int(c) for c in capacities]
     prompts = prompt_ids[:n_prompts]

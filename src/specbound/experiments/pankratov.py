@@ -267,7 +267,7 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     from ..assets.prompts import load_prompts
     from ..models.loading import load_model
 
-    journal = journal or no_journal()
+    journal = journal if journal is not None else no_journal()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     prompts_by_set = {s: load_prompts(s, cfg.n_prompts) for s in SETS}

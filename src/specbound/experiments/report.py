@@ -208,10 +208,14 @@ def from_jsonable(tp, data, where: str = "result"):
         if not isinstance(data, dict):
             raise SpecboundError(f"{where}: expected an object, got {type(data).__name__}")
         key_type, value_type = args or (str, typing.Any)
-        try:
-            return {key_type(k): from_jsonable(value_type, v, f"{where}[{k}]") for k, v in data.items()}
-        except ValueError as exc:
-            raise SpecboundError(f"{where}: bad key ({exc})") from None
+        out = {}
+        for k, v in data.items():
+            try:
+                key = key_type(k)
+            except (TypeError, ValueError):
+                raise SpecboundError(f"{where}: key {k!r} is not a {key_type.__name__}") from None
+            out[key] = from_jsonable(value_type, v, f"{where}[{k}]")
+        return out
     if origin in (list, tuple):
         if not isinstance(data, list):
             raise SpecboundError(f"{where}: expected a list, got {type(data).__name__}")

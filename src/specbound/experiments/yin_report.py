@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from .report import fmt, md_table, pm, write_json, write_text
-from .yin import PAPER, Fig2, Fig3, Fig4, Settings
+from .yin import PAPER, Fig2, Fig3, Settings
+from .yin_pareto import Fig4
 from .yin_table1 import Table1
 
 __all__ = ["YinResult", "summary_markdown", "write_figures", "write_results"]

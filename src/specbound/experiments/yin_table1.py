@@ -280,7 +280,7 @@ def measure_table1(target, draft, prompt_names: list[str], prompts_ids: list[lis
     """Table 1 on loaded models: calibration, then (prompt, sample) units — sample 0 of every prompt
     first, so a time budget (``s.llm_budget`` from ``started``) drops whole units and every (form, ε)
     row keeps the same pairs. Each unit is one journal entry (``--resume``)."""
-    journal = journal or no_journal()
+    journal = journal if journal is not None else no_journal()
     t0 = started if started is not None else time.perf_counter()
     budget = s.llm_budget if s.llm_budget is not None else float("inf")
     calibration = journal.unit("table1/calibration", Calibration, lambda: calibrate(

@@ -68,7 +68,8 @@ def run(args) -> int:
 
     from ..journal import PARTIAL_NAME, PartialResults
     from ..report import check_output_dir, progress_bar, to_jsonable
-    from ..yin import QUICK_TOTAL_SECONDS, run_fig2, run_fig3, run_fig4
+    from ..yin import QUICK_TOTAL_SECONDS, run_fig2, run_fig3
+    from ..yin_pareto import run_fig4
     from ..yin_report import YinResult, write_figures, write_results
     from ..yin_table1 import run_table1
 
