@@ -165,7 +165,8 @@ def test_committed_real_model_results_load_and_render_to_the_same_numbers():
 
 
 # ------------------------------------------------------------------ Yin et al. Table 1 on a tiny pair
-def test_table1_on_tiny_models(pair):
+def test_table1_on_tiny_models(pair, tmp_path, monkeypatch):
+    from specbound.experiments import yin_table1
     from specbound.experiments.yin import Settings
     from specbound.experiments.yin_table1 import measure_table1
 
@@ -173,7 +174,14 @@ def test_table1_on_tiny_models(pair):
     s = Settings.make(True, prompts=3, samples=2, tokens=24, gamma=3, table_eps=(0.1, 0.8), forms="both",
                       llm_budget=600.0)
     prompts = [[1, 2, 3], [4, 5, 6, 7], [9, 9]]
-    t1 = measure_table1(target, draft, ["p0", "p1", "p2"], prompts, {0}, s)
+    path = tmp_path / "partial.jsonl"
+    t1 = measure_table1(target, draft, ["p0", "p1", "p2"], prompts, {0}, s, journal=PartialResults(path, {}))
+    # --resume: calibration and every (prompt, sample) unit come back from the journal, identical
+    monkeypatch.setattr(yin_table1, "generate_unit", lambda *a, **k: pytest.fail("unit measured again"))
+    monkeypatch.setattr(yin_table1, "calibrate", lambda *a, **k: pytest.fail("calibration measured again"))
+    again = measure_table1(target, draft, ["p0", "p1", "p2"], prompts, {0}, s,
+                           journal=PartialResults(path, {}, resume=True))
+    assert to_jsonable(again.rows) == to_jsonable(t1.rows)
     assert t1.status == "ran" and t1.forms == ["additive", "ratio"] and t1.units_done == 6
     assert len(t1.generations) == 6 * 2 * 2 * 2 and len(t1.rows) == 4
     cal = t1.calibration
@@ -210,3 +218,43 @@ def test_stop_token_ids_unites_config_tokenizer_and_end_of_turn():
     assert stop_token_ids(model) == [5, 7, 9]
     assert stop_token_ids(SimpleNamespace(tokenizer=None)) == []
     assert stop_token_ids(SimpleNamespace(tokenizer=SimpleNamespace(eos_token_id=3))) == [3]
+
+
+# ------------------------------------------------------------------ `specbound analyze` end to end (tiny models)
+class _CharTokenizer:
+    """Characters → ids 1..47; no chat template (chat prompts are used as raw text, with a warning)."""
+
+    eos_token_id = 0
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1 + ord(c) % 47 for c in text[:40]]}
+
+
+def test_analyze_command_survives_ctrl_c_and_resumes(pair, tmp_path, monkeypatch):
+    from specbound.models import loading
+
+    target, draft = pair
+    target.tokenizer = draft.tokenizer = _CharTokenizer()
+    monkeypatch.setattr(loading, "load_model", lambda name, progress=True, int8=False: draft if "0.5b" in name else target)
+    argv = ["analyze", "--prompts", "builtin-code", "--quick", "--n-prompts", "2", "--tokens", "6",
+            "--capacities", "1,4", "--oracle-positions", "2", "--drafter-tokens", "6", "--no-progress",
+            "--out", str(tmp_path)]
+    real = az.drafter_runs
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(az, "drafter_runs", interrupted)
+    assert main(argv) == 130                                  # Ctrl-C in the middle of the analysis
+    partial = tmp_path / "partial.jsonl"
+    done = len(partial.read_text().splitlines()) - 1
+    assert done >= 2 + 2 + 2 and not (tmp_path / "analyze.json").exists()
+    monkeypatch.setattr(az, "drafter_runs", real)
+    assert main(argv + ["--resume"]) == 0
+    result = json.loads((tmp_path / "analyze.json").read_text())
+    assert result["set"] == "builtin-code" and set(result["drafters"]) == {"chain", "dynamic"}
+    assert (tmp_path / "report.html").stat().st_size > 0 and not partial.exists()
+    # other settings cannot resume from a different run's partial results
+    partial.write_text(json.dumps({"specbound_partial": 1, "fingerprint": {"other": 1}}) + "\n")
+    assert main(argv + ["--resume"]) == 2
