@@ -1,9 +1,8 @@
-"""Cost model (theory/speedup.py) and the adaptive-γ policy."""
+"""Cost model of theory/speedup.py (the sizing policy itself is tested in test_policy.py)."""
 import numpy as np
 import pytest
 
 from specbound.decoding import speculative_decode
-from specbound.decoding.policy import AdaptiveGamma
 from specbound.errors import SpecboundError
 from specbound.models import ChainModel
 from specbound.theory import MarkovChain
@@ -54,18 +53,6 @@ def test_best_gamma_falls_back_to_plain_decoding_when_speculation_loses():
         CostProfile((2, 1), (1.0, 1.0))
     with pytest.raises(SpecboundError):
         expected_tokens_per_step(1.5, 3)
-
-
-def test_adaptive_policy_learns_acceptance_and_picks_long_drafts_for_a_good_draft():
-    flat = CostProfile((1, 2, 4, 8, 16), (1.0, 1.02, 1.05, 1.1, 1.3))
-    good = AdaptiveGamma(flat, draft_cost=0.05)
-    for _ in range(30):
-        good.observe(8, 8, 0.05, 1.1)
-    assert good.alpha > 0.9 and good.choose(100) >= 8
-    bad = AdaptiveGamma(flat, draft_cost=0.3)
-    for _ in range(30):
-        bad.observe(2, 0, 0.3, 1.02)
-    assert bad.alpha < 0.3 and bad.choose(100) == 0
 
 
 def test_auto_gamma_is_lossless_at_greedy():

@@ -206,7 +206,13 @@ class Speculator:
         committed.extend(tree.tokens[verdict.path].tolist())
         if verdict.next_token >= 0:
             committed.append(verdict.next_token)
-        self.drafter.observe(RoundFeedback(tree, verdict, t1 - t0, t2 - t1, n_read))
+        node_target_probs = None
+        if len(tree):
+            rows = tree.parents + 1
+            node_target_probs = target_probs[rows, tree.tokens].double()
+            if law_mask is not None:
+                node_target_probs[~law_mask[rows]] = float("nan")
+        self.drafter.observe(RoundFeedback(tree, verdict, t1 - t0, t2 - t1, n_read, node_target_probs))
         metrics.draft_calls += tree.draft_calls
         metrics.target_calls += 1
         metrics.draft_time += t1 - t0
@@ -230,7 +236,7 @@ class DraftSpec:
     """
 
     gamma: object = None
-    tree: int | None = None
+    tree: object = None            # capacity P, "auto" or None
     tree_drafter: str = "dynamic"
     drafts: int | None = None
     design: str = "B"
@@ -244,7 +250,12 @@ class DraftSpec:
             raise SpecboundError("relaxation (Decoding-OPT/-UNO) is a one-draft rejection step (Yin et al. 2024 §5): "
                                  "use it with a drafted chain (no tree=P, drafts=None or 1)")
         if self.tree is not None:
-            check_tree_capacity(self.tree)
+            if self.tree == "auto":
+                if self.tree_drafter != "dynamic":
+                    raise SpecboundError("tree='auto' sizes the dynamic tree drafter; give a fixed P for "
+                                         f"tree_drafter={self.tree_drafter!r}")
+            else:
+                check_tree_capacity(self.tree)
             if n_drafts > 1:
                 raise SpecboundError("tree=P cannot be combined with drafts > 1")
             if self.gamma is not None:
@@ -296,6 +307,7 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
       al. 2024 Alg. 4 / Thm 3), ``design`` "B" (default) or "A" (prefix-tree walk, a derived variant);
     * ``tree=P``: a draft tree of at most P nodes per round (Pankratov & Alistarh 2026);
       ``tree_drafter`` "dynamic", "sampled", "chain" or "oracle" (the target drafts its own T*(P));
+      ``tree="auto"``: the dynamic tree sized every round from the cost model (≤ 64 nodes);
     * ``relaxation=("opt"|"uno", eps[, form])`` or ``"opt:0.1"``: biased over-acceptance decoding
       (Decoding-OPT / -UNO, Yin et al. 2024 §5) on a drafted chain: ``lossless=False`` and
       ``metrics.expected_bias`` holds the summed exact per-step TV bias.

@@ -1,148 +1,143 @@
-"""Choosing the draft length γ from the cost model (theory/speedup.py) and what the run has seen.
+"""How much to draft this round: ONE sizing rule for chains and trees (a chain is a tree of fan-out 1).
 
-:class:`AdaptiveGamma` keeps positional acceptance counts (with a weak prior), the measured
-draft cost per token and the target's measured t(k), and before every round picks the γ with the
-largest predicted speed-up — γ = 0 (a plain target step) when speculation is predicted to lose. It
-changes only *how many* tokens are drafted, never how they are verified, so the output law is
-untouched.
+The value of a drafted node v is the probability that the target accepts the whole path to it; the
+expected number of accepted tokens of a tree is the tree value Σ_{v∈T} value(v) (Pankratov &
+Alistarh 2026, §2), and a round yields 1 + Σ value(v) tokens (the +1 is the recovered or bonus
+token). value(v) = value(parent) · c(q_v), where q_v is the draft's confidence in v's token and c is
+an :class:`AcceptanceCalibration` learned online from what the target actually did: for every node
+whose parent's target law was computed, the exact conditional acceptance probability (the target's
+probability of the token for deterministic trees, min(1, target/draft) for sampled ones).
+
+:class:`DraftBudget` grows a proposal while the marginal expected tokens per marginal second beat
+the round's current throughput E/T, with T = draft seconds + t(pending + nodes) from the measured,
+online-corrected :class:`~specbound.decoding.costs.CostModel` (Yin et al.'s Assumption 1 is the
+special case of free drafts and constant t). When nothing pays, the round is a plain target step;
+after ``explore_every`` plain steps a probe draft is tried anyway (backing off while probes lose), so the calibration and the costs
+keep learning and one bad estimate cannot keep decoding plain for good. Sizing changes only how
+much is drafted, never how it is verified: the output law is untouched.
 """
 from __future__ import annotations
 
-import json
-import os
-import time
-from pathlib import Path
-
 import numpy as np
-import torch
 
 from ..errors import SpecboundError
-from ..theory.speedup import CostProfile, best_gamma
+from .costs import CostModel
 
-__all__ = ["AdaptiveGamma", "measure_forward_costs"]
-
-
-def measure_forward_costs(model, ks=(1, 2, 4, 8, 16), repeats: int = 3, token: int = 0) -> CostProfile:
-    """Median seconds for ``model`` to read k new tokens after its current cache (cache restored)."""
-    base = model.cache_length
-    if base == 0:
-        model.forward(torch.tensor([[token]], dtype=torch.long))
-        base = 1
-    seconds = []
-    for k in ks:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model.forward(torch.full((1, k), token, dtype=torch.long))
-            times.append(time.perf_counter() - t0)
-            model.crop(base)
-        seconds.append(float(np.median(times)))
-    return CostProfile(tuple(int(k) for k in ks), tuple(seconds))
+__all__ = ["AcceptanceCalibration", "DraftBudget"]
 
 
-class AdaptiveGamma:
-    """Per-round γ from E[tokens](α̂, γ)·t(1) / (γ·ĉ + t̂(γ+1)) (see :func:`theory.speedup.best_gamma`).
+class AcceptanceCalibration:
+    """c(q) = P(a drafted node is accepted | its parent was accepted), by draft-confidence bucket.
 
-    α̂ pools all draft positions (the i.i.d. model of Leviathan et al.), ĉ is the measured seconds
-    per drafted token and t̂(k) the measured target pass over k tokens, both updated every round.
+    Beta-smoothed bucket means: the prior of a bucket is its own mid-point (a calibrated draft) with
+    weight ``prior_weight``; observations decay by ``memory`` per round so the estimate follows
+    easy and hard stretches of text.
     """
 
-    def __init__(self, verify_cost: CostProfile, draft_cost: float, max_gamma: int = 12,
-                 prior_alpha: float = 0.7, prior_weight: float = 4.0, probe_every: int = 8,
-                 probe_gamma: int = 4, min_gain: float = 1.02, memory: float = 0.9):
-        if max_gamma < 1:
-            raise SpecboundError("max_gamma must be >= 1")
-        self.max_gamma, self.min_gain = max_gamma, min_gain
-        self.probe_every, self.probe_gamma = probe_every, probe_gamma
-        self.verify_points = dict(zip(verify_cost.ks, verify_cost.seconds))
-        self.draft_cost = float(draft_cost)
-        self.prior_alpha, self.prior_weight, self.memory = prior_alpha, prior_weight, memory
-        self.accepted, self.reached = 0.0, 0.0
-        self.plain_steps = 0
-        self.history: list[int] = []
+    EDGES = np.array([0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 1.0 + 1e-9])
 
-    @classmethod
-    def calibrate(cls, target, draft, use_cache: bool = True, **kwargs) -> "AdaptiveGamma":
-        """Measure the target's t(k) and the draft's per-token cost (caches restored).
+    def __init__(self, prior_weight: float = 2.0, memory: float = 0.98):
+        mids = 0.5 * (self.EDGES[:-1] + self.EDGES[1:])
+        self.prior_mean = np.clip(mids, 0.0, 1.0)
+        self.prior_weight, self.memory = float(prior_weight), float(memory)
+        self.sums = np.zeros(len(mids))
+        self.counts = np.zeros(len(mids))
 
-        Measurements of named real models are remembered in ``$SPECBOUND_CACHE/costs.json`` (keyed by
-        model, linear backend and thread count) so later runs skip them; the online updates in
-        :meth:`observe` correct any drift.
-        """
-        key = _cost_key(target, draft)
-        cached = _read_costs().get(key) if (use_cache and key) else None
-        if cached:
-            return cls(CostProfile(tuple(cached["ks"]), tuple(cached["seconds"])), cached["draft"], **kwargs)
-        for model in (target, draft):     # warm-up: first touches of the weights are page faults
-            measure_forward_costs(model, ks=(1,), repeats=1)
-        verify = measure_forward_costs(target, ks=(1, 2, 4, 8), repeats=2)
-        draft_cost = measure_forward_costs(draft, ks=(1,), repeats=2).seconds[0]
-        if use_cache and key:
-            costs = _read_costs()
-            costs[key] = {"ks": list(verify.ks), "seconds": list(verify.seconds), "draft": draft_cost}
-            _write_costs(costs)
-        return cls(verify, draft_cost, **kwargs)
+    def bucket(self, q) -> np.ndarray:
+        q = np.clip(np.asarray(q, dtype=np.float64), 0.0, 1.0)
+        return np.clip(np.searchsorted(self.EDGES, q, side="right") - 1, 0, len(self.prior_mean) - 1)
 
-    @property
-    def alpha(self) -> float:
-        """Acceptance rate: recent verified positions (counts decay by ``memory`` per round, so the
-        estimate follows easy and hard stretches of text) plus a weak Beta prior."""
-        return (self.accepted + self.prior_alpha * self.prior_weight) / (self.reached + self.prior_weight)
+    def __call__(self, q) -> np.ndarray:
+        b = self.bucket(q)
+        w = self.prior_weight
+        return (self.sums[b] + w * self.prior_mean[b]) / (self.counts[b] + w)
 
-    @property
-    def verify_cost(self) -> CostProfile:
-        ks = sorted(self.verify_points)
-        return CostProfile(tuple(ks), tuple(self.verify_points[k] for k in ks))
-
-    def choose(self, remaining: int) -> int:
-        gamma, _ = best_gamma(self.alpha, self.draft_cost, self.verify_cost, self.max_gamma, self.min_gain)
-        if gamma == 0:
-            self.plain_steps += 1
-            if self.probe_every and self.plain_steps % self.probe_every == 0:
-                gamma = self.probe_gamma          # keep learning α while decoding plainly
-        gamma = min(gamma, remaining)
-        self.history.append(gamma)
-        return gamma
-
-    def observe(self, drafted: int, accepted: int, seconds_per_draft_token: float | None,
-                target_seconds: float) -> None:
-        """Update α̂ (positional counts), the draft cost per token and t̂(drafted + 1)."""
-        self.reached = self.memory * self.reached + min(accepted + 1, drafted)
-        self.accepted = self.memory * self.accepted + accepted
-        if seconds_per_draft_token is not None:
-            self.draft_cost = 0.8 * self.draft_cost + 0.2 * seconds_per_draft_token
-        k = drafted + 1
-        old = self.verify_points.get(k)
-        self.verify_points[k] = target_seconds if old is None else 0.8 * old + 0.2 * target_seconds
+    def observe(self, q, accept_prob) -> None:
+        """Record nodes with draft confidence ``q`` and exact conditional acceptance ``accept_prob``."""
+        q, a = np.atleast_1d(np.asarray(q, np.float64)), np.atleast_1d(np.asarray(accept_prob, np.float64))
+        keep = np.isfinite(q) & np.isfinite(a)
+        if not keep.any():
+            return
+        self.sums *= self.memory
+        self.counts *= self.memory
+        np.add.at(self.sums, self.bucket(q[keep]), np.clip(a[keep], 0.0, 1.0))
+        np.add.at(self.counts, self.bucket(q[keep]), 1.0)
 
 
-def _costs_file() -> Path:
-    root = os.environ.get("SPECBOUND_CACHE") or Path.home() / ".cache" / "specbound"
-    return Path(root) / "costs.json"
+class DraftBudget:
+    """Grow a draft while it pays: add nodes when ΔE/ΔT > E/T (marginal tokens per second above the
+    round's throughput so far). Shared by the chain drafter and the dynamic tree drafter."""
 
+    def __init__(self, costs: CostModel, calibration: AcceptanceCalibration | None = None, max_nodes: int = 64,
+                 max_depth: int = 32, explore_every: int = 4, lookahead: int = 4):
+        if max_nodes < 1 or max_depth < 1:
+            raise SpecboundError("max_nodes and max_depth must be >= 1")
+        self.costs = costs
+        self.calibration = calibration or AcceptanceCalibration()
+        self.max_nodes, self.max_depth = int(max_nodes), int(max_depth)
+        self.explore_every, self.lookahead = int(explore_every), int(lookahead)
+        self.plain_run, self.gap, self.exploring = 0, self.explore_every, False
+        self.probes = 0
+        self.first_value = 0.7          # running mean of the calibrated value of a round's first node
+        self.continuation = 0.7         # running mean of c(q) of the best child of an expanded node
 
-def _cost_key(target, draft) -> str | None:
-    """Cost-cache key from the models' content identities; None (never cached) for models without one."""
-    if target.info.identity is None or draft.info.identity is None:
-        return None
-    parts = [target.info.identity, target.info.kernels, draft.info.identity, draft.info.kernels,
-             f"threads={torch.get_num_threads()}"]
-    return "|".join(parts)
+    # ---------------------------------------------------------------- the rule
+    def throughput(self, values_sum: float, draft_seconds: float, target_tokens: int) -> float:
+        return (1.0 + values_sum) / (draft_seconds + self.costs.target(target_tokens))
 
+    def worth_extending(self, values_sum: float, n_nodes: int, spent: float, pending: int,
+                        gains: list[float], step_draft_seconds: list[float]) -> bool:
+        """Would adding the candidate batches pay? ``gains[j]`` is the expected value added by the
+        j-th further draft step and ``step_draft_seconds[j]`` its draft cost; any prefix of the
+        steps may be taken (a lookahead over convex cost jumps)."""
+        now = self.throughput(values_sum, spent, pending + n_nodes)
+        added, seconds, nodes = 0.0, 0.0, 0
+        for gain, cost in zip(gains, step_draft_seconds):
+            added, seconds, nodes = added + gain, seconds + cost, nodes + 1
+            if self.throughput(values_sum + added, spent + seconds, pending + n_nodes + nodes) > now:
+                return True
+        return False
 
-def _read_costs() -> dict:
-    try:
-        return json.loads(_costs_file().read_text())
-    except (OSError, ValueError):
-        return {}
+    def best_prefix(self, values_desc: list[float], spent: float, pending: int) -> int:
+        """How many of the nodes (sorted by value, best first) to send to the target: the prefix
+        that maximises E/T given the draft time already spent."""
+        best_n, best = 0, self.throughput(0.0, spent, pending)
+        total = 0.0
+        for n, v in enumerate(values_desc[:self.max_nodes], start=1):
+            total += v
+            rate = self.throughput(total, spent, pending + n)
+            if rate > best:
+                best_n, best = n, rate
+        return best_n
 
+    # ---------------------------------------------------------------- round start
+    def start(self, pending: int) -> bool:
+        """Draft at all this round? Otherwise a plain target step. After ``gap`` plain steps in a row
+        a probe round drafts anyway (:attr:`exploring`); the gap doubles while probes keep finding
+        that drafting does not pay (up to 64) and resets once it pays again."""
+        gains = [self.first_value * self.continuation ** j for j in range(self.lookahead)]
+        costs = [self.costs.draft(pending)] + [self.costs.draft(1)] * (self.lookahead - 1)
+        self.exploring = False
+        if self.worth_extending(0.0, 0, 0.0, pending, gains, costs):
+            self.plain_run, self.gap = 0, self.explore_every
+            return True
+        self.plain_run += 1
+        if self.explore_every and self.plain_run >= self.gap:
+            self.exploring, self.plain_run, self.gap = True, 0, min(2 * self.gap, 64)
+            return True
+        return False
 
-def _write_costs(costs: dict) -> None:
-    path = _costs_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(costs, indent=1))
-        tmp.replace(path)
-    except OSError:
-        pass
+    def probe_size(self) -> int:
+        """Nodes an exploring round drafts: 2, 4, 8, 16, … in turn, so the run measures the cost
+        curve where the prior may be wrong."""
+        self.probes += 1
+        return min(self.max_nodes, 2 ** (1 + (self.probes - 1) % 4))
+
+    def learn(self, confidences, accept_probs, first_values=None, best_children=None) -> None:
+        """Update the calibration with per-node (confidence, exact acceptance) pairs and the running
+        means the round-start and continuation estimates use."""
+        self.calibration.observe(confidences, accept_probs)
+        if first_values is not None and len(first_values):
+            self.first_value = 0.9 * self.first_value + 0.1 * float(np.max(first_values))
+        if best_children is not None and len(best_children):
+            self.continuation = 0.9 * self.continuation + 0.1 * float(np.mean(best_children))

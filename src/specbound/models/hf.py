@@ -33,14 +33,9 @@ def _max_positions(config) -> int | None:
 
 
 class HFModel(LanguageModel):
-    """Wrap a causal LM (eval mode, inference only). ``tokenizer`` is optional, for text I/O.
+    """Wrap a causal LM (eval mode, inference only). ``tokenizer`` is optional, for text I/O."""
 
-    ``min_forward_tokens`` pads reads shorter than that with copies of their last token whose cache
-    slots are dropped again (the int8 kernel on x86 has a slow one-row path).
-    """
-
-    def __init__(self, model, tokenizer=None, name: str | None = None, min_forward_tokens: int = 1,
-                 info: ModelInfo | None = None):
+    def __init__(self, model, tokenizer=None, name: str | None = None, info: ModelInfo | None = None):
         from transformers import DynamicCache  # noqa: F401  (fail early if transformers is missing)
 
         if not hasattr(model, "config") or not callable(model):
@@ -49,8 +44,7 @@ class HFModel(LanguageModel):
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
         self.vocab_size = _output_size(model)
-        self.dtype = next(model.parameters()).dtype
-        self.min_forward_tokens = int(min_forward_tokens)
+        self.dtype = next(iter(model.parameters()), torch.zeros(())).dtype
         self.info = info or ModelInfo(backend="hf", kernels="eager", max_positions=_max_positions(model.config))
         self.reset()
 
@@ -129,17 +123,11 @@ class HFModel(LanguageModel):
         if not self.slots.is_chain:
             logits = self.forward_tree(tokens, self.slots.chain_parents(k))
             return logits[:, -keep_logits:] if keep_logits else logits
-        pad = max(self.min_forward_tokens - k, 0) if k else 0
-        if pad:
-            tokens = torch.cat([tokens, tokens[:, -1:].expand(-1, pad)], dim=1)
         start = self.slots.length
-        positions = list(range(start, start + k + pad))
+        positions = list(range(start, start + k))
         self._check_positions(positions)
-        logits = self._run(tokens, positions, None, (keep_logits + pad) if keep_logits else None)
-        self.slots.append(self.slots.chain_parents(k + pad), extend_chain=True)
-        if pad:
-            self.crop(self.slots.length - pad)
-            logits = logits[:, :logits.shape[1] - pad]
+        logits = self._run(tokens, positions, None, keep_logits)
+        self.slots.append(self.slots.chain_parents(k), extend_chain=True)
         return logits
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
@@ -147,10 +135,6 @@ class HFModel(LanguageModel):
         parents = self.slots.check_parents(parents)
         if tokens.shape[1] != len(parents):
             raise SpecboundError(f"{self.name}: {tokens.shape[1]} tree tokens but {len(parents)} parents")
-        pad = max(self.min_forward_tokens - len(parents), 0) if parents else 0
-        if pad:   # padding repeats the last node as its own sibling; its slot is dropped below
-            tokens = torch.cat([tokens, tokens[:, -1:].expand(-1, pad)], dim=1)
-            parents = parents + [parents[-1]] * pad
         visible = self.slots.ancestors_mask(parents)
         mask = torch.zeros(visible.shape, dtype=self.dtype).masked_fill_(~visible, torch.finfo(self.dtype).min)
         base = self.slots.length
@@ -161,7 +145,4 @@ class HFModel(LanguageModel):
         self._check_positions(positions)
         logits = self._run(tokens, positions, mask[None, None], None)
         self.slots.append(parents)
-        if pad:
-            self.crop(self.slots.length - pad)
-            logits = logits[:, :logits.shape[1] - pad]
         return logits

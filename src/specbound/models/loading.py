@@ -27,7 +27,7 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
         kernels = "onednn-prepacked"
     else:
         kernels = "eager"
-    wrapped = HFModel(model, tokenizer, name=str(name_or_path), min_forward_tokens=2 if int8 else 1)
+    wrapped = HFModel(model, tokenizer, name=str(name_or_path))
     # identity: content key for cost caches (None for temporary directories: never cached globally)
     wrapped.info = replace(wrapped.info, kernels=kernels, identity=model_identity(name_or_path),
                            load_seconds=time.perf_counter() - t0)

@@ -18,7 +18,7 @@ from .oracle import OracleTreeDrafter, TargetLaws, draft_tree_from_optimal
 from .trees import DynamicTreeDrafter, SampledTreeDrafter, check_tree_capacity
 
 __all__ = [
-    "BATCH_DESIGNS", "BatchDrafter", "ChainDrafter", "DraftCache", "Drafter", "DynamicTreeDrafter",
+    "AUTO_TREE_CAPACITY", "BATCH_DESIGNS", "BatchDrafter", "ChainDrafter", "DraftCache", "Drafter", "DynamicTreeDrafter",
     "OracleTreeDrafter", "RoundFeedback", "SampledTreeDrafter", "TREE_DRAFTERS", "TargetLaws", "check_design",
     "check_drafts", "check_gamma", "check_tree_capacity", "draft_tree_from_optimal", "make_tree_drafter",
 ]
@@ -26,9 +26,19 @@ __all__ = [
 TREE_DRAFTERS = ("dynamic", "sampled", "chain", "oracle")
 
 
+AUTO_TREE_CAPACITY = 64
+
+
 def make_tree_drafter(name, target, draft, sampling, capacity) -> Drafter:
     """The tree drafter called ``name`` (one of :data:`TREE_DRAFTERS`) with capacity P = ``capacity``;
-    ``"chain"`` is one sampled chain of P tokens (for comparison with real trees)."""
+    ``"chain"`` is one sampled chain of P tokens (for comparison with real trees). ``capacity="auto"``
+    (dynamic drafter only) sizes the tree every round with the cost model, up to 64 nodes."""
+    if capacity == "auto":
+        if name != "dynamic":
+            raise SpecboundError(f"tree='auto' sizes the dynamic tree drafter; tree_drafter={name!r} needs a fixed P")
+        if draft is None:
+            raise SpecboundError("the dynamic tree drafter needs a draft model")
+        return DynamicTreeDrafter(draft, sampling, AUTO_TREE_CAPACITY, budget="auto")
     capacity = check_tree_capacity(capacity)
     if not isinstance(name, str) or name not in TREE_DRAFTERS:
         raise SpecboundError(f"tree_drafter must be one of {', '.join(map(repr, TREE_DRAFTERS))}, got {name!r}")

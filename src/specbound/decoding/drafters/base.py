@@ -8,6 +8,7 @@ reads the target, restores it).
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ class RoundFeedback:
     draft_seconds: float
     target_seconds: float
     target_tokens: int          # tokens the target read in its one pass (pending committed + tree nodes)
+    node_target_probs: torch.Tensor | None = None   # [n] target prob of each node's token at its parent (NaN: unknown)
 
 
 class Drafter(ABC):
@@ -75,6 +77,7 @@ class DraftCache:
         self.slot: dict[int, int] = {}
         self.root_slot = -1
         self.calls = 0
+        self.reads: list[tuple[int, float]] = []     # (tokens read, seconds) of this round's calls
 
     def start(self, committed: list[int]) -> torch.Tensor:
         model = self.model
@@ -87,7 +90,9 @@ class DraftCache:
                 raise SpecboundError("internal: nothing committed to draft from")
             have -= 1
             model.crop(have)
+        t0 = time.perf_counter()
         logits = model.forward(torch.tensor([committed[have:]], dtype=torch.long), keep_logits=1)[0, -1]
+        self.reads = [(len(committed) - have, time.perf_counter() - t0)]
         self.slot, self.root_slot, self.calls = {}, model.cache_length - 1, 1
         return logits
 
@@ -105,10 +110,12 @@ class DraftCache:
                 raise SpecboundError(f"internal: parent node {parent} of node {node} was not read")
             self.slot[node] = base + i
         batch = torch.tensor([tokens], dtype=torch.long)
+        t0 = time.perf_counter()
         if self._extends_chain(slots, base):      # a chain continuing the cache: no tree mask needed
             logits = self.model.forward(batch)[0]
         else:
             logits = self.model.forward_tree(batch, slots)[0]
+        self.reads.append((len(tokens), time.perf_counter() - t0))
         self.calls += 1
         return logits
 

@@ -1,37 +1,47 @@
-"""Chain drafter: γ tokens sampled one by one from the draft model (Leviathan et al. 2023;
+"""Chain drafter: tokens sampled one by one from the draft model (Leviathan et al. 2023;
 Yin et al. 2024, Alg. 1). A chain is a draft tree of fan-out 1, verified by the sampled-chain rule.
 
-γ is fixed (an int), drafted to the generation horizon (``None``, Yin's setting: every round but the
-last ends at a rejection), or chosen every round by a sizing policy (``"auto"``: the cost model of
-:mod:`specbound.theory.speedup` with measured costs; γ = 0 is a plain target step).
+The length is fixed (γ, an int), drafted to the generation horizon (``None``, Yin's setting: every
+round but the last ends at a rejection), or sized every round by a
+:class:`~specbound.decoding.policy.DraftBudget` (``"auto"``): drafting goes on while the next
+token's predicted value (the path's calibrated acceptance probability) pays for its draft read and
+for the larger target pass, and the chain is then cut where the expected tokens per second peak.
 """
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from ...errors import SpecboundError
 from ...models.base import LanguageModel
-from ..policy import AdaptiveGamma
+from ..costs import CostModel, load_or_measure_costs
+from ..policy import DraftBudget
 from ..sampling import SamplingConfig, logits_to_probs, sample_from
 from ..tree import DraftTree
 from .base import DraftCache, Drafter, RoundFeedback
 
-__all__ = ["ChainDrafter", "check_gamma"]
+__all__ = ["ChainDrafter", "check_gamma", "confidence_config"]
 
 
 def check_gamma(gamma):
-    """γ: an integer ≥ 1, None (to the horizon), "auto" or an :class:`AdaptiveGamma` policy."""
-    if gamma is None or gamma == "auto" or isinstance(gamma, AdaptiveGamma):
+    """γ: an integer ≥ 1, None (to the horizon), "auto" or a :class:`DraftBudget`."""
+    if gamma is None or gamma == "auto" or isinstance(gamma, DraftBudget):
         return gamma
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise SpecboundError(f"gamma (draft length) must be an integer >= 1, None or 'auto', got {gamma!r}")
     return gamma
 
 
+def confidence_config(sampling: SamplingConfig) -> SamplingConfig:
+    """The law whose probability of a token is the draft's confidence in it: the processed law, or
+    at temperature 0 (one-hot) the temperature-1 law with the same top-k/top-p."""
+    return SamplingConfig(1.0, sampling.top_k, sampling.top_p) if sampling.greedy else sampling
+
+
 class ChainDrafter(Drafter):
-    """Samples a chain of γ tokens from the draft's processed law (the law it records for verification)."""
+    """Samples a chain from the draft's processed law (the law it records for verification)."""
 
     name = "chain"
 
@@ -40,43 +50,80 @@ class ChainDrafter(Drafter):
         if not isinstance(model, LanguageModel):
             raise SpecboundError(f"the chain drafter needs a draft LanguageModel, got {type(model).__name__}")
         self.model, self.gamma = model, check_gamma(gamma)
-        self.policy: AdaptiveGamma | None = gamma if isinstance(gamma, AdaptiveGamma) else None
+        self.budget: DraftBudget | None = gamma if isinstance(gamma, DraftBudget) else None
         self.cache = DraftCache(model)
-        self._seconds_per_token: float | None = None
+        self.confidence = confidence_config(sampling)
+        self._confidences: list[float] = []
 
     def start(self, target, prompt):
         super().start(target, prompt)
-        if self.gamma == "auto":
-            self.policy = AdaptiveGamma.calibrate(target, self.model)
-
-    def draft_length(self, max_depth: int) -> int:
-        if self.policy is not None:
-            return self.policy.choose(max_depth)
-        return max_depth if self.gamma is None else min(self.gamma, max_depth)
+        if self.gamma == "auto" and self.budget is None:
+            self.budget = DraftBudget(CostModel(load_or_measure_costs(target, self.model)))
 
     def propose(self, committed, max_depth, generator):
-        k = self.draft_length(max_depth)
-        if k == 0:
-            return DraftTree.empty()
-        logits = self.cache.start(committed)
         t0 = time.perf_counter()
-        tokens, laws = [], []
-        for i in range(k):
+        probe = 0
+        if self.budget is not None:
+            limit = min(max_depth, self.budget.max_depth, self.budget.max_nodes)
+            if not self.budget.start(pending=1):
+                return DraftTree.empty()
+            if self.budget.exploring:
+                probe = limit = min(limit, self.budget.probe_size())
+        else:
+            limit = max_depth if self.gamma is None else min(self.gamma, max_depth)
+        logits = self.cache.start(committed)
+        tokens, laws, conf, values = [], [], [], []
+        while True:
             probs = logits_to_probs(logits, self.sampling, self.model.name)
-            tokens.append(int(sample_from(probs, generator)))
+            token = int(sample_from(probs, generator))
+            tokens.append(token)
             laws.append(probs)
-            if i < k - 1:
-                logits = self.cache.read([i], [tokens[-1]], [i - 1])[0]
-        self._seconds_per_token = (time.perf_counter() - t0) / (k - 1) if k > 1 else None
+            if self.budget is not None:
+                q = float(probs[token]) if not self.sampling.greedy else \
+                    float(logits_to_probs(logits, self.confidence, self.model.name)[token])
+                c = float(self.budget.calibration(q))
+                conf.append(q)
+                values.append((values[-1] if values else 1.0) * c)
+            if len(tokens) >= limit or not (probe or self._continue(values, conf, t0)):
+                break
+            logits = self.cache.read([len(tokens) - 1], [token], [len(tokens) - 2])[0]
+        if self.budget is not None:     # send the prefix with the best expected tokens per second
+            keep = len(tokens) if probe else self.budget.best_prefix(values, time.perf_counter() - t0, pending=1)
+            tokens, laws, conf = tokens[:keep], laws[:keep], conf[:keep]
+            if keep == 0:
+                self._confidences = []
+                return DraftTree.empty()
+        self._confidences = conf
         return DraftTree.chain(tokens, torch.stack(laws), draft_calls=self.cache.calls)
 
+    def _continue(self, values, conf, t0) -> bool:
+        if self.budget is None:
+            return True
+        b = self.budget
+        r = float(b.calibration(conf[-1]))                    # confidence persists along a run of text
+        gains = [values[-1] * r ** (j + 1) for j in range(b.lookahead)]
+        return b.worth_extending(sum(values), len(values), time.perf_counter() - t0, 1, gains,
+                                 [b.costs.draft(1)] * b.lookahead)
+
     def observe(self, feedback: RoundFeedback) -> None:
-        if len(feedback.tree):
+        tree = feedback.tree
+        if len(tree):
             self.cache.keep(feedback.verdict.path)
-        if self.policy is not None:
-            self.policy.observe(len(feedback.tree), feedback.verdict.accepted, self._seconds_per_token,
-                                feedback.target_seconds)
+        if self.budget is None:
+            return
+        costs = self.budget.costs
+        costs.observe_target(feedback.target_tokens, feedback.target_seconds)
+        if len(tree):
+            for k, seconds in self.cache.reads:
+                costs.observe_draft(k, seconds)
+            t = feedback.node_target_probs.numpy()
+            q = tree.draft_probs[tree.parents + 1, tree.tokens].double().numpy()
+            accept = np.minimum(1.0, t / np.maximum(q, 1e-300))      # exact acceptance of a sampled token
+            conf = np.asarray(self._confidences[:len(tree)])
+            c = self.budget.calibration(conf)
+            self.budget.learn(conf, accept, first_values=c[:1], best_children=c[1:])
 
     def describe(self) -> str:
-        g = "auto" if self.policy is not None else ("horizon" if self.gamma is None else self.gamma)
+        g = "auto" if self.budget is not None or self.gamma == "auto" else \
+            ("horizon" if self.gamma is None else self.gamma)
         return f"chain(γ={g})"

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 
 import numpy as np
 import torch
 
 from ...errors import SpecboundError, positive_int
 from ...models.base import LanguageModel
+from ..costs import CostModel, load_or_measure_costs
+from ..policy import DraftBudget
 from ..sampling import SamplingConfig, logits_to_probs
 from ..tree import DraftTree
 from .base import DraftCache, Drafter, RoundFeedback
+from .chain import confidence_config
 
 __all__ = ["DynamicTreeDrafter", "SampledTreeDrafter", "check_tree_capacity"]
 
@@ -43,7 +47,8 @@ class _ModelTreeDrafter(Drafter):
         self._internal: list[int] = []        # tree node -> drafter node id used in the cache
 
     def observe(self, feedback: RoundFeedback) -> None:
-        self.cache.keep([self._internal[i] for i in feedback.verdict.path])
+        if len(feedback.tree):
+            self.cache.keep([self._internal[i] for i in feedback.verdict.path])
 
     def describe(self) -> str:
         return f"{self.name} tree(P={self.capacity})"
@@ -59,17 +64,32 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
     deterministic-tree rule and the output law is the target's. Ranking uses the draft's processed
     law; at temperature 0 (one-hot laws) the temperature-1 law with the same top-k/top-p, so the tree
     keeps alternatives. ``max_children`` caps children per node.
+
+    With a :class:`~specbound.decoding.policy.DraftBudget` (``budget``) the size is chosen per round
+    (at most ``capacity``): nodes are ranked by their calibrated value (the predicted probability
+    that the target accepts the path), a level is expanded only where the expected gain pays for the
+    draft read and the larger target pass, and the tree sent is the top-n prefix maximising the
+    expected tokens per second.
     """
 
     name = "dynamic"
 
     def __init__(self, model: LanguageModel, sampling: SamplingConfig, capacity: int, width: int | None = None,
-                 max_children: int | None = None):
+                 max_children: int | None = None, budget: DraftBudget | None = None):
         super().__init__(model, sampling, capacity)
         self.width = None if width is None else positive_int(width, "width (nodes expanded per draft call)")
         self.max_children = None if max_children is None else positive_int(max_children, "max_children")
-        self.rank_config = SamplingConfig(1.0, sampling.top_k, sampling.top_p) if sampling.greedy else sampling
+        self.rank_config = confidence_config(sampling)
+        self.budget, self.auto = budget, budget == "auto"
+        if self.auto:
+            self.budget = None
         self.last_scores: list[float] = []    # draft path probability of each node of the last tree
+        self._conf: list[float] = []
+
+    def start(self, target, prompt):
+        super().start(target, prompt)
+        if self.auto and self.budget is None:
+            self.budget = DraftBudget(CostModel(load_or_measure_costs(target, self.model)), max_nodes=self.capacity)
 
     def _children(self, logits: torch.Tensor, limit: int) -> tuple[list[float], list[int]]:
         probs = logits_to_probs(logits, self.rank_config, self.model.name)
@@ -79,36 +99,91 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
         return values[keep].tolist(), order[keep].tolist()
 
     def propose(self, committed, max_depth, generator):
+        t0 = time.perf_counter()
+        b = self.budget
+        if b is not None and not b.start(pending=1):
+            return DraftTree.empty()
         cap = self.capacity
-        limit = min(cap, self.max_children or cap)
-        # node records: (score S = −ln q(v), depth, creation id); tokens / parents by id
-        tok, par, score, depth = [], [], [], []
+        limit = min(cap, self.max_children or (8 if b is not None else cap))
+        # node records by creation id: token, parent, −ln q(v) (draft path), confidence, value (budget)
+        tok, par, score, depth, conf, value = [], [], [], [], [], []
 
-        def add_children(parent: int, s: float, d: int, logits: torch.Tensor) -> None:
-            for p, t in zip(*self._children(logits, limit)):
+        def add_children(parent: int, logits: torch.Tensor) -> None:
+            s = score[parent] if parent >= 0 else 0.0
+            d = depth[parent] if parent >= 0 else 0
+            v = value[parent] if parent >= 0 else 1.0
+            probs, tokens = self._children(logits, limit)
+            calibrated = b.calibration(probs) if b is not None else probs
+            for p, t, c in zip(probs, tokens, calibrated):
                 tok.append(t)
                 par.append(parent)
                 score.append(s - math.log(p))
                 depth.append(d + 1)
+                conf.append(p)
+                value.append(v * float(c))
 
-        add_children(-1, 0.0, 0, self.cache.start(committed))
-        for d in range(1, max_depth):
-            top = heapq.nsmallest(cap, range(len(tok)), key=lambda i: (score[i], depth[i], i))
-            level = [i for i in top if depth[i] == d]
+        def ranked() -> list[int]:
+            if b is None:
+                return heapq.nsmallest(cap, range(len(tok)), key=lambda i: (score[i], depth[i], i))
+            return sorted(range(len(tok)), key=lambda i: (-value[i], depth[i], i))[:cap]
+
+        add_children(-1, self.cache.start(committed))
+        for d in range(1, min(max_depth, b.max_depth if b is not None else max_depth)):
+            order = ranked()
+            if b is not None:
+                order = order[:b.best_prefix([value[i] for i in order], time.perf_counter() - t0, pending=1) or 1]
+            level = [i for i in order if depth[i] == d]
             if self.width is not None:
                 level = level[:self.width]
+            if b is not None:
+                level = level[:self._expansion_width(level, value, order, t0)]
             if not level:
                 break
             rows = self.cache.read(level, [tok[i] for i in level], [par[i] for i in level])
             for node, row in zip(level, rows):
-                add_children(node, score[node], d, row)
-        chosen = sorted(heapq.nsmallest(cap, range(len(tok)), key=lambda i: (score[i], depth[i], i)),
-                        key=lambda i: (depth[i], score[i], i))
+                add_children(node, row)
+        order = ranked()
+        if b is not None:
+            n = b.best_prefix([value[i] for i in order], time.perf_counter() - t0, pending=1)
+            order = order[:max(n, b.probe_size()) if b.exploring else n]
+        chosen = sorted(order, key=lambda i: (depth[i], score[i], i))
         index = {node: j for j, node in enumerate(chosen)}
         self._internal = chosen
+        self._conf = [conf[i] for i in chosen]
         self.last_scores = [math.exp(-score[i]) for i in chosen]
         return DraftTree([tok[i] for i in chosen], [index[par[i]] if par[i] >= 0 else -1 for i in chosen],
                          draft_calls=self.cache.calls)
+
+    def _expansion_width(self, level: list[int], value: list[float], order: list[int], t0: float) -> int:
+        """How many of this level's best nodes to expand: the largest w whose expected gain (each
+        expanded node's value times the learned continuation) pays for reading w nodes."""
+        b = self.budget
+        current = sum(value[i] for i in order)
+        spent = time.perf_counter() - t0
+        best_w, best_rate = 0, b.throughput(current, spent, 1 + len(order))
+        gain = 0.0
+        for w, node in enumerate(level, start=1):
+            gain += value[node] * b.continuation
+            rate = b.throughput(current + gain, spent + b.costs.draft(w), 1 + len(order) + w)
+            if rate > best_rate:
+                best_w, best_rate = w, rate
+        return best_w
+
+    def observe(self, feedback: RoundFeedback) -> None:
+        super().observe(feedback)
+        b, tree = self.budget, feedback.tree
+        if b is None:
+            return
+        b.costs.observe_target(feedback.target_tokens, feedback.target_seconds)
+        if not len(tree):
+            return
+        for k, seconds in self.cache.reads:
+            b.costs.observe_draft(k, seconds)
+        t = feedback.node_target_probs.numpy()            # deterministic tree: acceptance = target prob
+        conf = np.asarray(self._conf)
+        c = b.calibration(conf)
+        roots = (tree.parents < 0).numpy()
+        b.learn(conf, t, first_values=c[roots], best_children=c[~roots])
 
 
 class SampledTreeDrafter(_ModelTreeDrafter):

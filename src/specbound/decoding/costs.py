@@ -1,0 +1,264 @@
+"""What a round costs on THIS machine, measured and kept honest while decoding.
+
+``t(k)`` is the target's time to read k new tokens in one pass and ``d(k)`` the draft's; on CPUs
+neither is constant in k, and both move between machines and moments (MODELS.md). So:
+
+* :func:`measure_costs` times both models for k = 1..64 after a warm-up, ``repeats`` times each,
+  and keeps the median and the spread;
+* a measurement of named models (with a content identity, :class:`~specbound.models.base.ModelInfo`)
+  is cached in ``<cache>/costs.json``; the file is validated when read — a bad entry is dropped
+  with a warning naming the file and measured again; temporary models never write to it;
+* :class:`CostModel` corrects the prior online: every round's target pass and draft reads update
+  per-k observations; where the run has seen k, its recent median wins, elsewhere the prior is
+  scaled by the run's median observed/predicted ratio. When the prior disagrees with what the run
+  sees by more than ``stale_tolerance`` (25 %), the cached entry is dropped so the next run
+  re-measures; one busy-CPU calibration can therefore never steer decoding for good.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import SpecboundError
+from ..theory.speedup import CostProfile
+
+__all__ = ["COST_KS", "CostModel", "CostMeasurement", "costs_file", "load_or_measure_costs", "measure_costs",
+           "measure_forward_costs", "read_cost_cache"]
+
+COST_KS = (1, 2, 4, 8, 16, 32, 64)
+CACHE_VERSION = 2
+
+
+def measure_forward_costs(model, ks=COST_KS, repeats: int = 3, token: int = 0) -> tuple[CostProfile, list[float]]:
+    """Median seconds (and relative spread, (max − min)/median) for ``model`` to read k new tokens
+    after its current cache; the cache is restored after every read."""
+    if model.cache_length == 0:
+        model.forward(torch.tensor([[token]], dtype=torch.long))
+    base = model.cache_length
+    medians, spreads = [], []
+    for k in ks:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            model.forward(torch.full((1, k), token, dtype=torch.long))
+            times.append(time.perf_counter() - t0)
+            model.crop(base)
+        med = float(np.median(times))
+        medians.append(med)
+        spreads.append(float((max(times) - min(times)) / med) if med > 0 else 0.0)
+    return CostProfile(tuple(int(k) for k in ks), tuple(medians)), spreads
+
+
+@dataclass
+class CostMeasurement:
+    """A calibration: target and draft profiles (median seconds per k) with their spreads."""
+
+    target: CostProfile
+    draft: CostProfile
+    target_spread: list[float] = field(default_factory=list)
+    draft_spread: list[float] = field(default_factory=list)
+    source: str = "measured"           # "measured" now, or "cache" (read from costs.json)
+    key: str | None = None
+
+    def as_entry(self) -> dict:
+        return {"target": {"ks": list(self.target.ks), "seconds": list(self.target.seconds),
+                           "spread": self.target_spread},
+                "draft": {"ks": list(self.draft.ks), "seconds": list(self.draft.seconds), "spread": self.draft_spread},
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "threads": torch.get_num_threads()}
+
+
+def measure_costs(target, draft, ks=COST_KS, repeats: int = 3) -> CostMeasurement:
+    """Time target and draft reads of k tokens (warm-up first: first touches of weights page-fault)."""
+    for model in (target, draft):
+        if model is not None:
+            measure_forward_costs(model, ks=(1, max(ks)), repeats=1)
+    t_prof, t_spread = measure_forward_costs(target, ks, repeats)
+    if draft is None:
+        d_prof, d_spread = CostProfile((1,), (1e-9,)), [0.0]
+    else:
+        d_prof, d_spread = measure_forward_costs(draft, ks, repeats)
+    return CostMeasurement(t_prof, d_prof, t_spread, d_spread)
+
+
+# --------------------------------------------------------------------------------------------- cache
+def costs_file() -> Path:
+    from ..assets.cache import cache_root
+
+    return cache_root() / "costs.json"
+
+
+def cost_key(target, draft) -> str | None:
+    """Key from the models' content identities, kernels and thread count; None = never cached."""
+    models = [target] + ([draft] if draft is not None else [])
+    if any(m.info.identity is None for m in models):
+        return None
+    parts = [f"{m.info.identity}:{m.info.kernels}" for m in models] + [f"threads={torch.get_num_threads()}"]
+    return "|".join(parts)
+
+
+def _profile_from(entry) -> tuple[CostProfile, list[float]]:
+    if not isinstance(entry, dict):
+        raise ValueError("profile is not an object")
+    ks, seconds = entry.get("ks"), entry.get("seconds")
+    if not isinstance(ks, list) or not isinstance(seconds, list) or len(ks) != len(seconds) or not ks:
+        raise ValueError("ks/seconds must be equal-length non-empty lists")
+    if not all(isinstance(k, int) and not isinstance(k, bool) for k in ks):
+        raise ValueError("ks must be integers")
+    if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0 for s in seconds):
+        raise ValueError("seconds must be finite numbers > 0")
+    spread = entry.get("spread") or [0.0] * len(ks)
+    try:
+        profile = CostProfile(tuple(ks), tuple(float(s) for s in seconds))
+    except SpecboundError as exc:
+        raise ValueError(str(exc)) from None
+    return profile, [float(x) for x in spread][:len(ks)]
+
+
+def read_cost_cache(path: Path | None = None) -> dict[str, CostMeasurement]:
+    """Valid entries of the cost cache; anything malformed is dropped with a warning naming the file."""
+    path = path or costs_file()
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        warnings.warn(f"ignoring unreadable cost cache {path} ({exc}); costs will be measured again", stacklevel=2)
+        return {}
+    if not isinstance(raw, dict) or raw.get("version") != CACHE_VERSION or not isinstance(raw.get("entries"), dict):
+        warnings.warn(f"ignoring cost cache {path}: not a version-{CACHE_VERSION} specbound cost file; costs will be "
+                      "measured again", stacklevel=2)
+        return {}
+    out = {}
+    for key, entry in raw["entries"].items():
+        try:
+            if not isinstance(entry, dict):
+                raise ValueError("entry is not an object")
+            target, t_spread = _profile_from(entry.get("target"))
+            draft, d_spread = _profile_from(entry.get("draft"))
+        except ValueError as exc:
+            warnings.warn(f"dropping a bad entry of the cost cache {path} ({exc}); it will be measured again",
+                          stacklevel=2)
+            continue
+        out[key] = CostMeasurement(target, draft, t_spread, d_spread, source="cache", key=key)
+    return out
+
+
+def _write_cost_cache(entries: dict[str, CostMeasurement], path: Path | None = None) -> None:
+    from ..assets.cache import atomic_write_json
+
+    path = path or costs_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {"version": CACHE_VERSION,
+                                 "entries": {k: m.as_entry() for k, m in entries.items()}})
+    except (OSError, SpecboundError) as exc:
+        warnings.warn(f"could not write the cost cache {path} ({exc}); costs will be measured again next run",
+                      stacklevel=2)
+
+
+def drop_cached_costs(key: str) -> None:
+    entries = read_cost_cache()
+    if entries.pop(key, None) is not None:
+        _write_cost_cache(entries)
+
+
+def load_or_measure_costs(target, draft, use_cache: bool = True, repeats: int = 3, ks=COST_KS) -> CostMeasurement:
+    """The cached calibration of this pair (validated), else a fresh measurement (cached when the
+    models have a content identity)."""
+    key = cost_key(target, draft) if use_cache else None
+    if key is not None:
+        cached = read_cost_cache().get(key)
+        if cached is not None and max(cached.target.ks) >= max(ks) and max(cached.draft.ks) >= max(ks):
+            return cached
+    measured = measure_costs(target, draft, ks, repeats)
+    measured.key = key
+    if key is not None:
+        entries = read_cost_cache()
+        entries[key] = measured
+        _write_cost_cache(entries)
+    return measured
+
+
+# --------------------------------------------------------------------------------------------- online
+class _OnlineCurve:
+    """A prior t(k) corrected by what the run observes."""
+
+    def __init__(self, prior: CostProfile, window: int = 5):
+        self.prior = prior
+        self.obs: dict[int, deque] = {}
+        self.window = window
+        self.ratios: deque = deque(maxlen=16)     # observed / prior, recent
+
+    def observe(self, k: int, seconds: float) -> None:
+        if not (seconds > 0 and math.isfinite(seconds)) or k < 1:
+            return
+        self.obs.setdefault(k, deque(maxlen=self.window)).append(seconds)
+        self.ratios.append(seconds / float(self.prior(k)))
+
+    def __call__(self, k: int) -> float:
+        """The run's own median where it has seen k; between seen points linear interpolation of
+        them; below them, the nearest seen point times the prior's ratio (the prior's shape, the
+        run's level); above them, the lower of that and the run's own last slope — optimistic where
+        unseen, so drafting goes there, measures, and corrects itself. With nothing seen: the prior."""
+        k = int(k)
+        seen = sorted((kk, float(np.median(v))) for kk, v in self.obs.items() if v)
+        if not seen:
+            return float(self.prior(k))
+        ks = [kk for kk, _ in seen]
+        ts = list(np.minimum.accumulate([t for _, t in seen][::-1])[::-1])   # a pass never gets cheaper with k
+        if k < ks[0]:
+            return ts[0] * float(self.prior(k)) / float(self.prior(ks[0]))
+        if k > ks[-1]:
+            shaped = ts[-1] * float(self.prior(k)) / float(self.prior(ks[-1]))
+            if len(ks) >= 2:     # optimistic where unseen: the run's own slope if it is flatter
+                slope = max((ts[-1] - ts[-2]) / (ks[-1] - ks[-2]), 0.0)
+                return min(shaped, ts[-1] + slope * (k - ks[-1]))
+            return shaped
+        return float(np.interp(k, ks, ts))
+
+    def disagreement(self) -> float | None:
+        """Median |observed/prior − 1| over recent observations (None until 4 are in)."""
+        if len(self.ratios) < 4:
+            return None
+        return float(np.median(np.abs(np.asarray(self.ratios) - 1.0)))
+
+
+class CostModel:
+    """Target pass t(k) and draft pass d(k), priors from a calibration, corrected online."""
+
+    def __init__(self, measurement: CostMeasurement, stale_tolerance: float = 0.25):
+        self.measurement = measurement
+        self.target = _OnlineCurve(measurement.target)
+        self.draft = _OnlineCurve(measurement.draft)
+        self.stale_tolerance = stale_tolerance
+        self.dropped = False
+
+    @classmethod
+    def constant(cls, target_seconds: float = 1.0, draft_seconds: float = 0.0) -> "CostModel":
+        """Yin et al.'s Assumption 1: a pass costs the same for any k; drafting is (nearly) free."""
+        return cls(CostMeasurement(CostProfile((1,), (target_seconds,)),
+                                   CostProfile((1,), (max(draft_seconds, 1e-9),)), source="assumed"))
+
+    def observe_target(self, k: int, seconds: float) -> None:
+        self.target.observe(k, seconds)
+        self._check_stale()
+
+    def observe_draft(self, k: int, seconds: float) -> None:
+        self.draft.observe(k, seconds)
+
+    def _check_stale(self) -> None:
+        off = self.target.disagreement()
+        if (not self.dropped and off is not None and off > self.stale_tolerance
+                and self.measurement.source == "cache" and self.measurement.key):
+            self.dropped = True
+            warnings.warn(f"the cached cost profile disagrees with this run by {off:.0%} (median): using online "
+                          "measurements and dropping the cached entry so the next run re-measures", stacklevel=3)
+            drop_cached_costs(self.measurement.key)
