@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..decoding.policy import measure_forward_costs
 from ..decoding import DynamicTreeDrafter, SampledTreeDrafter, SamplingConfig, make_generator, speculative_decode
+from ..decoding.costs import measure_forward_costs
 from ..theory.speedup import CostProfile
 from .journal import PartialResults, no_journal
 from .llm import PromptContext, tree_laws
@@ -234,6 +234,6 @@ def measure_target_costs(target, prompt_ids: list[int], capacities, repeats: int
     if len(prompt_ids) > 1:
         target.forward(torch.tensor([prompt_ids[:-1]], dtype=torch.long))
     measure_forward_costs(target, ks=(1, ks[-1]), repeats=1)        # warm-up (page faults, allocator)
-    costs = measure_forward_costs(target, ks=ks, repeats=max(1, repeats))
+    costs, _ = measure_forward_costs(target, ks=ks, repeats=max(1, repeats))
     target.reset()
     return costs
