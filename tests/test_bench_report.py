@@ -4,7 +4,7 @@ import json
 import torch
 
 from helpers import perturbed_copy, tiny_transformer
-from specbound.analysis.bench import BenchConfig, markdown_table, run_bench, write_report
+from specbound.experiments.bench import BenchConfig, markdown_table, run_bench, write_report
 from specbound.assets.prompts import Prompt
 from specbound.models.hf import HFModel
 

@@ -130,17 +130,17 @@ def test_fig4_opt_points_on_the_pareto_line_and_uno_above(quick_run):
 
 
 def test_missing_models_skip_the_llm_table_with_a_note(monkeypatch):
-    from specbound.analysis import reproduce_yin
     from specbound.assets import models
+    from specbound.experiments import yin, yin_table1
 
     monkeypatch.setattr(models, "is_converted", lambda name: False)
-    out = reproduce_yin.run_table1(reproduce_yin.Settings(quick=True))
-    assert out["status"] == "skipped"
-    assert "not available" in out["note"] and "qwen2.5-coder-1.5b" in out["note"]
+    out = yin_table1.run_table1(yin.Settings(quick=True))
+    assert out.status == "skipped"
+    assert "not available" in out.note and "qwen2.5-coder-1.5b" in out.note
 
 
 def test_wilson_interval():
-    from specbound.analysis.reproduce_yin import wilson_interval
+    from specbound.experiments.stats import wilson_interval
 
     lo, hi = wilson_interval(8, 10)
     assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)

@@ -169,31 +169,22 @@ def _register_real_model_commands(sub) -> None:
 
 
 def _register_analysis_commands(sub) -> None:
-    """`analyze` and `reproduce yin|pankratov`. Each lives in specbound.analysis.<module>, which
-    provides ``add_arguments(parser)`` and ``run(args) -> int``; imported only when used."""
-    import importlib
-
-    def lazy(module_name):
-        def run(args):
-            return importlib.import_module(f"specbound.analysis.{module_name}").run(args)
-        return run
-
-    def add(parser, module_name):
-        try:
-            importlib.import_module(f"specbound.analysis.{module_name}").add_arguments(parser)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"specbound.analysis.{module_name}":
-                raise
-        parser.set_defaults(func=lazy(module_name))
+    """`analyze` and `reproduce yin|pankratov`: thin layers in :mod:`specbound.experiments.cli`, each with
+    ``add_arguments(parser)`` and ``run(args) -> int`` (they import the studies only when run)."""
+    from .experiments.cli import analyze, pankratov, yin
 
     p = sub.add_parser("analyze", help="measure mu, mu2, oracle E[X*](P), bounds and drafters on real models "
                                         "(Pankratov & Alistarh)")
-    add(p, "analyze")
+    analyze.add_arguments(p)
+    p.set_defaults(func=analyze.run)
     p = sub.add_parser("reproduce", help="regenerate the papers' figures and tables in kind")
     rsub = p.add_subparsers(dest="paper", required=True)
-    add(rsub.add_parser("yin", help="Yin et al. 2024: Fig. 2-4 and Table 1 in kind"), "reproduce_yin")
-    add(rsub.add_parser("pankratov", help="Pankratov & Alistarh 2026: moments table and Fig. 2 in kind"),
-        "reproduce_pankratov")
+    p = rsub.add_parser("yin", help="Yin et al. 2024: Fig. 2-4 and Table 1 in kind")
+    yin.add_arguments(p)
+    p.set_defaults(func=yin.run)
+    p = rsub.add_parser("pankratov", help="Pankratov & Alistarh 2026: moments table and Fig. 2 in kind")
+    pankratov.add_arguments(p)
+    p.set_defaults(func=pankratov.run)
 
 
 _EXTRA_COMMANDS: list = [_register_real_model_commands, _register_analysis_commands]

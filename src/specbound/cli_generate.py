@@ -62,22 +62,13 @@ def draft_spec_from_args(args):
                      design=args.design, relaxation=args.relaxation)
 
 
-def eos_token_ids(model) -> list[int]:
-    """End-of-sequence ids of a model (generation config first, then the tokenizer)."""
-    eos = getattr(getattr(getattr(model, "model", None), "generation_config", None), "eos_token_id", None)
-    if eos is None and model.tokenizer is not None:
-        eos = model.tokenizer.eos_token_id
-    if eos is None:
-        return []
-    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
-
-
 def cmd_generate(args) -> int:
     from rich.console import Console
 
     from .assets.prompts import format_prompt
     from .decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
     from .models.loading import load_pair
+    from .models.tokens import stop_token_ids
     from .runtime import configure_threads
 
     console = Console(stderr=True, quiet=args.json)
@@ -110,7 +101,7 @@ def cmd_generate(args) -> int:
     if not (args.json or args.quiet):
         sys.stdout.write(text if prompt.kind == "code" else f"[{prompt.kind} prompt {prompt.id}]\n")
     engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule,
-                        () if args.ignore_eos else eos_token_ids(target), make_generator(args.seed))
+                        () if args.ignore_eos else stop_token_ids(target), make_generator(args.seed))
     status = 0
     try:
         result = engine.run(ids, args.max_new_tokens, callback=stream)
@@ -213,7 +204,7 @@ def cmd_bench(args) -> int:
     import torch
     from rich.console import Console
 
-    from .analysis.bench import BenchConfig, markdown_table, run_bench, write_report
+    from .experiments.bench import BenchConfig, markdown_table, run_bench, write_report
     from .assets.prompts import load_prompts
     from .models.loading import load_model, load_pair
 
@@ -221,7 +212,7 @@ def cmd_bench(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.verify_cost:
-        from .analysis.verify_cost import markdown, run_verify_cost
+        from .experiments.verify_cost import markdown, run_verify_cost
 
         report = run_verify_cost(args.target, repeats=args.repeats, out_dir=Path(args.out))
         print(markdown(report))

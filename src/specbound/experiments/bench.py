@@ -124,9 +124,9 @@ def run_bench(target, draft, prompts, config: BenchConfig, assistant=None, progr
                                                              == results["hf-generate"]["tokens"])
                 rows.append(row)
     return {"config": asdict(config), "machine": _machine(), "target": target.name, "draft": draft.name,
-            "assistant": assistant.name, "target_backend": getattr(target, "linear_backend", "eager"),
-            "draft_backend": getattr(draft, "linear_backend", "eager"),
-            "assistant_backend": getattr(assistant, "linear_backend", "eager"),
+            "assistant": assistant.name, "target_backend": target.info.kernels,
+            "draft_backend": draft.info.kernels,
+            "assistant_backend": assistant.info.kernels,
             "rows": rows, "summary": summarise(rows)}
 
 

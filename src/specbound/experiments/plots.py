@@ -1,7 +1,8 @@
-"""Figures for the reproductions (matplotlib, Agg backend: no display needed).
+"""Figures of the studies (matplotlib, Agg backend: no display needed).
 
-Each function takes plain numbers (lists / NumPy arrays, as stored in a reproduction's
-``results.json``), draws one figure and writes it to a PNG. Nothing here computes theory.
+The Yin et al. figures take plain numbers; the Pankratov & Alistarh figures take the typed results
+of :mod:`.analyze` and :mod:`.pankratov`. Each draws one figure and writes it with
+:func:`.report.save_figure`. Nothing here measures or computes theory.
 """
 from __future__ import annotations
 
@@ -14,18 +15,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["save_figure", "yin_fig2_running", "yin_fig2_scaling", "yin_fig3", "yin_fig4"]
+from .report import save_figure  # noqa: E402
+
+__all__ = ["yin_fig2_running", "yin_fig2_scaling", "yin_fig3", "yin_fig4"]
 
 _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-
-
-def save_figure(fig, path: Path | str, dpi: int = 120) -> Path:
-    """Write ``fig`` as PNG and close it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 def _running_mean(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -184,11 +178,11 @@ def yin_fig4(path, tv: float, points: dict, dense: dict, eps_points,
 
 
 # ===================================================================================================
-# Pankratov & Alistarh 2026 (specbound analyze / reproduce pankratov). Inputs are the JSON-able dicts
-# written by specbound.analysis.analyze / reproduce_pankratov.
+# Pankratov & Alistarh 2026 (specbound analyze / reproduce pankratov): typed results of .analyze /
+# .pankratov (SetAnalysis, SyntheticChecks, MomentRow).
 # ===================================================================================================
-__all__ += ["plot_pankratov_expected_accepted", "plot_pankratov_speedup", "plot_pankratov_fig2",
-            "plot_pankratov_synthetic", "plot_pankratov_moments"]
+__all__ += ["pankratov_expected_accepted", "pankratov_speedup", "pankratov_fig2", "pankratov_synthetic",
+            "pankratov_moments"]
 
 _PK_FORM_STYLE = {  # bound form -> (line style, colour, label)
     "published": (":", "#7f7f7f", "published (μ+μ₂)lnP/μ² (a bound for P ≥ 3 only)"),
@@ -213,13 +207,13 @@ def _pk_log2_x(ax, caps) -> None:
     ax.grid(alpha=0.3, which="both")
 
 
-def _pk_expected_axes(ax, result: dict, title: str | None = None) -> None:
-    caps = np.asarray(result["config"]["capacities"], dtype=np.float64)
-    bounds = result["bounds"]
+def _pk_expected_axes(ax, result, title: str | None = None) -> None:
+    caps = np.asarray(result.config.capacities, dtype=np.float64)
+    bounds = result.bounds
     top_candidates = [np.nanmax(_pk_none(bounds["renewal"]))]
-    oracle = result.get("oracle")
+    oracle = result.oracle
     if oracle:
-        top_candidates.append(np.nanmax(_pk_none(oracle["mean"])))
+        top_candidates.append(np.nanmax(_pk_none(oracle.mean)))
     ymax = 1.3 * max(top_candidates)
     for form, (ls, color, label) in _PK_FORM_STYLE.items():
         y = _pk_none(bounds[form])
@@ -227,38 +221,35 @@ def _pk_expected_axes(ax, result: dict, title: str | None = None) -> None:
             label += f" (off-scale: {np.nanmax(y):.1f} at P={int(caps[-1])})"
         ax.plot(caps, y, ls, color=color, lw=1.6, label=label)
     if oracle:
-        ax.errorbar(caps, _pk_none(oracle["mean"]), yerr=2 * np.nan_to_num(_pk_none(oracle["se"])), fmt="*-",
+        ax.errorbar(caps, _pk_none(oracle.mean), yerr=2 * np.nan_to_num(_pk_none(oracle.se)), fmt="*-",
                     color="black", ms=9, capsize=3, lw=1.4,
-                    label=f"oracle E[X|T*(P)], exact ({oracle['n_positions']} positions, ±2 SE)")
-    sd = result.get("oracle_sd", {}).get("by_capacity", {})
+                    label=f"oracle E[X|T*(P)], exact ({oracle.n_positions} positions, ±2 SE)")
+    sd = result.oracle_sd.by_capacity if result.oracle_sd else {}
     if sd:
-        ps = sorted(int(p) for p in sd)
-        y = _pk_none([sd[str(p)]["mean_X"] for p in ps])
-        err = 2 * np.nan_to_num(_pk_none([sd[str(p)]["diff_se"] for p in ps]))
-        ax.errorbar(ps, y, yerr=err, fmt="o", color="black", mfc="white", ms=7, capsize=3,
-                    label="oracle tree SD: mean accepted X (±2 SE)")
-    exact = result.get("drafter_exact") or {}
-    for kind, d in result.get("drafters", {}).items():
+        ps = sorted(sd)
+        ax.errorbar(ps, _pk_none([sd[p].mean_X for p in ps]), yerr=2 * np.nan_to_num(_pk_none([sd[p].diff_se for p in ps])),
+                    fmt="o", color="black", mfc="white", ms=7, capsize=3, label="oracle tree SD: mean accepted X (±2 SE)")
+    for kind, runs in result.drafters.items():
         style, color, label = _PK_DRAFTER_STYLE.get(kind, ("s-", "#8c564b", kind))
-        ps = sorted(int(p) for p in d["by_capacity"])
-        if kind in exact and exact[kind]["mean"]:
-            se = exact[kind]["se"] or [0.0] * len(caps)
-            ax.errorbar(caps, _pk_none(exact[kind]["mean"]), yerr=2 * np.nan_to_num(_pk_none(se)), fmt=style,
+        ps = sorted(runs.by_capacity)
+        measured = [runs.by_capacity[p].mean_accepted for p in ps]
+        exact = result.drafter_exact.of(kind) if result.drafter_exact else None
+        if exact is not None and exact.mean:
+            se = exact.se or [0.0] * len(caps)
+            ax.errorbar(caps, _pk_none(exact.mean), yerr=2 * np.nan_to_num(_pk_none(se)), fmt=style,
                         color=color, ms=5, capsize=2, label=f"{label}: exact E[X|T] at oracle positions (±2 SE)")
-            ax.plot(ps, [d["by_capacity"][str(p)]["mean_accepted"] for p in ps], style[0], color=color, ms=6,
-                    mfc="none", alpha=0.7, label=f"{label}: mean accepted in SD runs (few rounds)")
+            ax.plot(ps, measured, style[0], color=color, ms=6, mfc="none", alpha=0.7,
+                    label=f"{label}: mean accepted in SD runs (few rounds)")
         else:
-            ax.plot(ps, [d["by_capacity"][str(p)]["mean_accepted"] for p in ps], style, color=color, ms=5,
-                    label=f"{label}: mean accepted")
+            ax.plot(ps, measured, style, color=color, ms=5, label=f"{label}: mean accepted")
     ax.set_ylim(0, ymax)
     _pk_log2_x(ax, [int(c) for c in caps])
     ax.set_ylabel("E[X] = accepted draft tokens per target call")
-    m = result["moments"]
-    ax.set_title(title or f"{result['set']}: μ = {m['mu']:.3f}, μ₂ = {m['mu2']:.3f} nats (n = {m['n']})",
-                 fontsize=10)
+    m = result.moments
+    ax.set_title(title or f"{result.set}: μ = {m.mu:.3f}, μ₂ = {m.mu2:.3f} nats (n = {m.n})", fontsize=10)
 
 
-def plot_pankratov_expected_accepted(result: dict, path) -> Path:
+def pankratov_expected_accepted(result, path) -> Path:
     """E[X] vs P (log-x): bound forms, exact and empirical oracle, real drafters (one prompt set)."""
     fig, ax = plt.subplots(figsize=(8.2, 5.4))
     _pk_expected_axes(ax, result)
@@ -266,67 +257,68 @@ def plot_pankratov_expected_accepted(result: dict, path) -> Path:
     return save_figure(fig, path)
 
 
-def _pk_speedup_axes(ax_const, ax_wall, result: dict, legend: bool = True) -> None:
-    rows = result["speedups"]["rows"]
-    caps = [r["P"] for r in rows]
-    kinds = list(result.get("drafters", {}))
+def _pk_speedup_axes(ax_const, ax_wall, result, legend: bool = True) -> None:
+    rows = result.speedups.rows
+    caps = [r.P for r in rows]
+    kinds = list(result.drafters)
 
-    def col(key):
-        return _pk_none([r.get(key) for r in rows])
+    def const(key):
+        return _pk_none([r.const.get(key) for r in rows])
+
+    def wall(key):
+        return _pk_none([r.wall.get(key) for r in rows])
 
     if ax_const is not None:
-        ax_const.plot(caps, col("const_renewal"), "-", color=_PK_FORM_STYLE["renewal"][1],
-                      label="bound: renewal + 1")
-        ax_const.plot(caps, col("const_threshold"), "-.", color=_PK_FORM_STYLE["threshold"][1],
+        ax_const.plot(caps, const("renewal"), "-", color=_PK_FORM_STYLE["renewal"][1], label="bound: renewal + 1")
+        ax_const.plot(caps, const("threshold"), "-.", color=_PK_FORM_STYLE["threshold"][1],
                       label="bound: best threshold + 1")
-        if "const_oracle" in rows[0]:
-            ax_const.plot(caps, col("const_oracle"), "*-", color="black", ms=9, label="oracle T*(P): E[X*] + 1")
-        sd = col("const_oracle_sd")
+        if "oracle" in rows[0].const:
+            ax_const.plot(caps, const("oracle"), "*-", color="black", ms=9, label="oracle T*(P): E[X*] + 1")
+        sd = const("oracle_sd")
         if np.isfinite(sd).any():
             ax_const.plot(caps, sd, "o", color="black", mfc="white", ms=7, label="oracle tree SD: measured τ")
         for k in kinds:
             style, color, label = _PK_DRAFTER_STYLE.get(k, ("s-", "#8c564b", k))
-            if f"const_{k}_exact" in rows[0]:
-                ax_const.plot(caps, col(f"const_{k}_exact"), style, color=color, ms=5,
-                              label=f"{label}: exact E[X|T] + 1")
-                ax_const.plot(caps, col(f"const_{k}"), style[0], color=color, ms=6, mfc="none", alpha=0.7,
+            if f"{k}_exact" in rows[0].const:
+                ax_const.plot(caps, const(f"{k}_exact"), style, color=color, ms=5, label=f"{label}: exact E[X|T] + 1")
+                ax_const.plot(caps, const(k), style[0], color=color, ms=6, mfc="none", alpha=0.7,
                               label=f"{label}: τ in SD runs")
             else:
-                ax_const.plot(caps, col(f"const_{k}"), style, color=color, ms=5, label=f"{label}: τ")
+                ax_const.plot(caps, const(k), style, color=color, ms=5, label=f"{label}: τ")
         _pk_log2_x(ax_const, caps)
         ax_const.set_ylim(bottom=0)
         ax_const.set_ylabel("speed-up, constant-time model (= τ)")
-        ax_const.set_title(f"{result['set']}: constant-time model (drafting free, one call = t(1))", fontsize=9.5)
+        ax_const.set_title(f"{result.set}: constant-time model (drafting free, one call = t(1))", fontsize=9.5)
         if legend:
             ax_const.legend(fontsize=7, loc="upper left")
     if ax_wall is not None:
-        ax_wall.plot(caps, col("wall_renewal_free_drafting"), "-", color=_PK_FORM_STYLE["renewal"][1],
+        ax_wall.plot(caps, wall("renewal_free_drafting"), "-", color=_PK_FORM_STYLE["renewal"][1],
                      label="bound: (renewal + 1)·t(1)/t(P+1), free drafting")
-        if "wall_oracle_free_drafting" in rows[0]:
-            ax_wall.plot(caps, col("wall_oracle_free_drafting"), "*-", color="black", ms=9,
+        if "oracle_free_drafting" in rows[0].wall:
+            ax_wall.plot(caps, wall("oracle_free_drafting"), "*-", color="black", ms=9,
                          label="oracle: (E[X*] + 1)·t(1)/t(P+1), free drafting")
         for k in kinds:
             style, color, label = _PK_DRAFTER_STYLE.get(k, ("s-", "#8c564b", k))
-            key = f"wall_{k}_exact" if f"wall_{k}_exact" in rows[0] else f"wall_{k}"
-            ax_wall.plot(caps, col(key), style, color=color, ms=5,
+            key = f"{k}_exact" if f"{k}_exact" in rows[0].wall else k
+            ax_wall.plot(caps, wall(key), style, color=color, ms=5,
                          label=f"{label}: τ·t(1)/(draft + t(P+1))" + (" (exact τ)" if key.endswith("exact") else ""))
         ax_wall.axhline(1.0, color="gray", lw=1, ls=":", label="plain decoding")
         _pk_log2_x(ax_wall, caps)
         ax_wall.set_ylim(bottom=0)
         ax_wall.set_ylabel("wall-clock speed-up (measured t(k), draft time)")
-        ax_wall.set_title(f"{result['set']}: wall-clock estimate on this CPU", fontsize=9.5)
+        ax_wall.set_title(f"{result.set}: wall-clock estimate on this CPU", fontsize=9.5)
         if legend:
             ax_wall.legend(fontsize=7, loc="upper left")
 
 
-def plot_pankratov_speedup(result: dict, path) -> Path:
+def pankratov_speedup(result, path) -> Path:
     """Speed-up vs P: constant-time model (left) and measured-cost wall-clock estimate (right)."""
     fig, axes = plt.subplots(1, 2, figsize=(13.5, 5.0))
     _pk_speedup_axes(axes[0], axes[1], result)
     return save_figure(fig, path)
 
 
-def plot_pankratov_fig2(results: list[dict], path) -> Path:
+def pankratov_fig2(results: list, path) -> Path:
     """Fig. 2 in kind: speed-up vs P for the bound, the oracle and the real drafters, one column per
     prompt set; top row constant-time model, bottom row wall-clock estimate."""
     n = len(results)
@@ -339,21 +331,18 @@ def plot_pankratov_fig2(results: list[dict], path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_pankratov_synthetic(synth: dict, path) -> Path:
+def pankratov_synthetic(synth, path) -> Path:
     """i.i.d. checks: E[X*] vs ln P per distribution with the fitted slope and 1/μ (left), and
     slope·μ with the ±5% band (right)."""
-    cases = synth["cases"]
+    cases = synth.cases
     fig, axes = plt.subplots(1, 2, figsize=(13.5, 5.0), gridspec_kw={"width_ratios": [2.2, 1]})
     ax = axes[0]
     for i, c in enumerate(cases):
         color = _COLORS[i % len(_COLORS)]
-        P = np.asarray(c["P"], dtype=np.float64)
-        ax.plot(np.log(P), c["value"], "-", color=color, lw=1.6,
-                label=f"{c['name']}: E[X*] (μ = {c['mu']:.3f})")
-        if c.get("asymptotic") is not None:
-            ax.plot(np.log(P), c["asymptotic"], "--", color=color, lw=1.0, alpha=0.8)
-        if c.get("renewal") is not None:
-            ax.plot(np.log(P), c["renewal"], ":", color=color, lw=1.0, alpha=0.8)
+        P = np.asarray(c.P, dtype=np.float64)
+        ax.plot(np.log(P), c.value, "-", color=color, lw=1.6, label=f"{c.name}: E[X*] (μ = {c.mu:.3f})")
+        ax.plot(np.log(P), c.asymptotic, "--", color=color, lw=1.0, alpha=0.8)
+        ax.plot(np.log(P), c.renewal, ":", color=color, lw=1.0, alpha=0.8)
     ax.plot([], [], "k--", lw=1.0, label="asymptotic ln(μP)/μ + μ₂/2μ² − 1")
     ax.plot([], [], "k:", lw=1.0, label="renewal bound lnP/μ + μ₂/μ²")
     ax.set_xlabel("ln P")
@@ -362,9 +351,9 @@ def plot_pankratov_synthetic(synth: dict, path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="upper left")
     ax = axes[1]
-    names = [c["name"].split()[0] for c in cases]   # short ids (T3a, ...); full names in the left legend
-    ratio = np.array([c["slope"] * c["mu"] for c in cases])
-    err = np.array([2 * (c.get("slope_se") or 0.0) * c["mu"] for c in cases])
+    names = [c.name.split()[0] for c in cases]   # short ids (T3a, ...); full names in the left legend
+    ratio = np.array([c.slope * c.mu for c in cases])
+    err = np.array([2 * (c.slope_se or 0.0) * c.mu for c in cases])
     y = np.arange(len(cases))
     ax.axvspan(0.95, 1.05, color="green", alpha=0.12, label="±5%")
     ax.axvline(1.0, color="green", lw=1)
@@ -381,10 +370,10 @@ def plot_pankratov_synthetic(synth: dict, path) -> Path:
     return save_figure(fig, path)
 
 
-def plot_pankratov_moments(rows: list[dict], path) -> Path:
+def pankratov_moments(rows: list, path) -> Path:
     """The moments table as grouped bars: μ and μ₂ (with ±2 SE) per model × prompt set."""
-    sets = list(dict.fromkeys(r["set"] for r in rows))
-    models = list(dict.fromkeys(r["model"] for r in rows))
+    sets = list(dict.fromkeys(r.set for r in rows))
+    models = list(dict.fromkeys(r.model for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.4))
     width = 0.8 / max(len(models), 1)
     for ax, key, se_key, label in ((axes[0], "mu", "se_mu_prompt", "μ = E[H] (nats)"),
@@ -392,9 +381,10 @@ def plot_pankratov_moments(rows: list[dict], path) -> Path:
         for i, model in enumerate(models):
             vals, errs = [], []
             for s in sets:
-                r = next((r for r in rows if r["set"] == s and r["model"] == model), None)
-                vals.append(np.nan if r is None else r[key])
-                errs.append(0.0 if r is None or r.get(se_key) is None else 2 * r[se_key])
+                r = next((r for r in rows if r.set == s and r.model == model), None)
+                vals.append(np.nan if r is None else getattr(r, key))
+                se = None if r is None else getattr(r, se_key)
+                errs.append(0.0 if se is None or not np.isfinite(se) else 2 * se)
             ax.bar(np.arange(len(sets)) + (i - (len(models) - 1) / 2) * width, vals, width, yerr=errs,
                    capsize=3, color=_COLORS[i % len(_COLORS)], label=model)
         ax.set_xticks(np.arange(len(sets)))

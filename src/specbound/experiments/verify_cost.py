@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..assets.models import DEFAULT_TARGET, load_hf_model
-from ..decoding.policy import measure_forward_costs
+from ..decoding.costs import measure_forward_costs
 from ..models.fast import prepack_linears
 from ..models.hf import HFModel
 
@@ -29,7 +29,7 @@ def _profile(model: HFModel, context, ks, repeats) -> dict[int, float]:
     model.reset()
     model.forward(context)
     measure_forward_costs(model, ks=(1, 8), repeats=1)           # warm-up (page faults, kernel caches)
-    profile = measure_forward_costs(model, ks=ks, repeats=repeats)
+    profile, _ = measure_forward_costs(model, ks=ks, repeats=repeats)
     return dict(zip(profile.ks, profile.seconds))
 
 

@@ -1,1 +1,0 @@
-"""Measurements of theory against engines on real models: benchmarks, analyses, reproductions."""

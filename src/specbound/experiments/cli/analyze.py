@@ -1,0 +1,95 @@
+"""`specbound analyze --prompts SET [...]`: measure on the real pair, then write the report."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from ...errors import SpecboundError
+from . import at_least, positive_threads
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("expected integers >= 1")
+    return values
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--target", default=None, help="target model (packaged name or directory; default: "
+                                                       "qwen2.5-coder-1.5b)")
+    parser.add_argument("--draft", default=None, help="draft model (default: qwen2.5-coder-0.5b)")
+    parser.add_argument("--draft-fp32", action="store_true", help="use the fp32 draft (default: int8, cheaper)")
+    parser.add_argument("--prompts", required=True, help="prompt set: humaneval, mtbench, gsm8k or builtin")
+    parser.add_argument("--n-prompts", type=int, default=None, help="prompts for the moments (default 6)")
+    parser.add_argument("--capacities", type=_int_list, default=None, help="capacities P (default 1,2,4,...,64)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0), default 1")
+    parser.add_argument("--tokens", type=int, default=None, help="sampled tokens per prompt for the moments")
+    parser.add_argument("--oracle-positions", type=int, default=None, help="positions for exact T*(P) (default 10)")
+    parser.add_argument("--drafter-prompts", type=int, default=None)
+    parser.add_argument("--drafter-tokens", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="output directory (default runs/analyze-<set>)")
+    parser.add_argument("--quick", action="store_true", help="small numbers (smoke test)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's choice; 1 is far faster on a shared CPU)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted run in --out from its partial results (same options)")
+
+
+def config_from_args(args):
+    """The validated :class:`~specbound.experiments.analyze.AnalyzeConfig` (SpecboundError on bad values)."""
+    from ..analyze import AnalyzeConfig
+
+    at_least(args, 1, "n_prompts", "tokens")
+    at_least(args, 0, "oracle_positions", "drafter_prompts", "drafter_tokens", "seed")
+    cfg = AnalyzeConfig.quick() if args.quick else AnalyzeConfig()
+    updates = {key: getattr(args, key) for key in ("n_prompts", "tokens", "oracle_positions", "drafter_prompts",
+                                                   "drafter_tokens") if getattr(args, key, None) is not None}
+    if getattr(args, "capacities", None):
+        updates["capacities"] = tuple(args.capacities)
+        if cfg.oracle_sd_capacities is not None:
+            keep = sorted(set(cfg.oracle_sd_capacities) & set(args.capacities))
+            updates["oracle_sd_capacities"] = tuple(keep or [min(args.capacities), max(args.capacities)])
+    updates["temperature"] = args.temperature
+    updates["seed"] = args.seed
+    return replace(cfg, **updates)
+
+
+def run(args) -> int:
+    import torch
+
+    from ...assets.prompts import load_prompts
+    from ...models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, load_model
+    from ..analyze import analyze_set
+    from ..analyze_report import write_report
+    from ..journal import PARTIAL_NAME, PartialResults
+    from ..report import check_output_dir, to_jsonable
+
+    positive_threads(args)
+    cfg = config_from_args(args)
+    prompts = load_prompts(args.prompts, cfg.n_prompts)
+    out = check_output_dir(args.out or f"runs/analyze-{args.prompts}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    progress = not args.no_progress
+    target_name, draft_name = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
+    journal = PartialResults(Path(out) / PARTIAL_NAME,
+                             {"study": "analyze", "set": args.prompts, "target": target_name, "draft": draft_name,
+                              "draft_int8": not args.draft_fp32, "config": to_jsonable(cfg)}, resume=args.resume)
+    target = load_model(target_name, progress=progress)
+    draft = load_model(draft_name, progress=progress, int8=not args.draft_fp32)
+    if target.vocab_size != draft.vocab_size:
+        raise SpecboundError(f"vocabulary mismatch: {target.name} {target.vocab_size} vs {draft.name} {draft.vocab_size}")
+    if journal.reused or len(journal):
+        print(f"resuming: {len(journal)} finished units in {journal.path}")
+    result = analyze_set(target, draft, args.prompts, cfg, prompts=prompts, progress=progress, journal=journal)
+    paths = write_report(result, out)
+    journal.discard()
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 0

@@ -1,0 +1,81 @@
+"""`specbound reproduce pankratov [--quick] [--skip-llm] [--resume] [--augment]`."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ...errors import SpecboundError
+from . import positive_threads
+
+DEFAULT_OUT = "runs/reproduce-pankratov"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small numbers; finishes in < 2 minutes")
+    parser.add_argument("--skip-llm", action="store_true", help="only the synthetic i.i.d. checks (no models)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="output directory")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's choice; 1 is far faster on a shared CPU)")
+    parser.add_argument("--augment", action="store_true",
+                        help="add exact per-position drafter values to an earlier run in --out and re-render")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted run in --out from its partial results (same options)")
+
+
+def run(args) -> int:
+    from ..journal import PARTIAL_NAME, PartialResults
+    from ..llm import default_pair_status
+    from ..pankratov import PankratovResult, augment, llm_configs, run_llm, synthetic_checks
+    from ..pankratov_report import render
+    from ..report import check_output_dir, from_jsonable, to_jsonable
+
+    positive_threads(args)
+    if args.augment and args.resume:
+        raise SpecboundError("--augment re-renders a finished run; it cannot be combined with --resume")
+    out = check_output_dir(args.out)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    progress = not args.no_progress
+    if args.augment:
+        path = out / "results.json"
+        if not path.is_file():
+            raise SpecboundError(f"--augment needs a finished run: {path} does not exist")
+        result = from_jsonable(PankratovResult, json.loads(path.read_text()), str(path))
+        result = augment(result, progress=progress)
+        render(result, out)
+        return _exit_code(result)
+    t0 = time.perf_counter()
+    print("== (iii) synthetic i.i.d. checks")
+    synthetic = synthetic_checks(args.quick)
+    for c in synthetic.cases:
+        print(f"   {c.name}: slope {c.slope:.4f} vs 1/mu {c.inverse_mu:.4f} ({c.relative_error:+.2%})")
+    result = PankratovResult(quick=args.quick, synthetic=synthetic, llm=None)
+    journal = None
+    if args.skip_llm:
+        result.llm_note = "--skip-llm was given"
+    else:
+        ok, why = default_pair_status()
+        if not ok:
+            result.llm_note = why
+        else:
+            cfg, fig_sets = llm_configs(args.quick)
+            result.llm_config = cfg
+            journal = PartialResults(Path(out) / PARTIAL_NAME, {"study": "reproduce pankratov",
+                                                                "config": to_jsonable(cfg)}, resume=args.resume)
+            result.llm = run_llm(cfg, fig_sets, progress, journal=journal)
+    if result.llm is None:
+        print(f"NOTE: LLM parts skipped: {result.llm_note}")
+    result.seconds = time.perf_counter() - t0
+    result.finished = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    render(result, out)
+    if journal is not None:
+        journal.discard()
+    return _exit_code(result)
+
+
+def _exit_code(result) -> int:
+    return 0 if result.synthetic.all_within_tolerance and result.synthetic.all_bounds_hold else 1

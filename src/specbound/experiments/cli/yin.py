@@ -1,0 +1,121 @@
+"""`specbound reproduce yin [--quick] [--skip-llm] [--resume] [...]`: Fig. 2-4 and Table 1 in kind."""
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+from ...errors import SpecboundError
+from . import at_least
+
+DEFAULT_OUT = "runs/reproduce-yin"
+
+
+def add_arguments(parser) -> None:
+    """Options of ``specbound reproduce yin``."""
+    parser.add_argument("--quick", action="store_true",
+                        help="small run for smoke tests (< 2 min; the LLM table is tiny or skipped)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    parser.add_argument("--skip-llm", action="store_true", help="skip the real-model Table 1")
+    parser.add_argument("--prompts", type=int, default=None, help="number of MT-Bench prompts for Table 1 "
+                                                                  "(default 8; quick 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the chains, Monte Carlo and sampling")
+    parser.add_argument("--samples", type=int, default=None, help="paired samples per prompt and ε (default 2)")
+    parser.add_argument("--tokens", type=int, default=None, help="new tokens per response (default 32; quick 16)")
+    parser.add_argument("--gamma", type=int, default=None, help="draft length per round in Table 1 (default 5)")
+    parser.add_argument("--forms", choices=("auto", "additive", "ratio", "both"), default=None,
+                        help="over-acceptance form(s) for Table 1: auto = additive, plus ratio if additive "
+                             "saturates (default)")
+    parser.add_argument("--mc-runs", type=int, default=None, help="NumPy Monte Carlo runs for Fig. 2a/b")
+    parser.add_argument("--engine-runs", type=int, default=None, help="decoding-engine runs per Fig. 2 setting")
+    parser.add_argument("--prompt-set", default=None, help="prompt set for Table 1 (default mtbench)")
+    parser.add_argument("--llm-minutes", type=float, default=None,
+                        help="time budget of Table 1 in minutes (default 24; quick: what is left of 105 s). "
+                             "Whole (prompt, sample) units are dropped when it would be exceeded")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the real models (default 1: "
+                                                                  "the CPU is shared; use 2 on an idle machine)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted Table 1 in --out from its partial results (same options)")
+
+
+def settings_from_args(args):
+    """Validated :class:`~specbound.experiments.yin.Settings` (SpecboundError before any work)."""
+    from ..yin import Settings
+
+    at_least(args, 1, "prompts", "samples", "tokens", "gamma", "threads")
+    at_least(args, 2, "mc_runs")
+    at_least(args, 0, "engine_runs", "seed")
+    if args.llm_minutes is not None and not (math.isfinite(args.llm_minutes) and args.llm_minutes >= 0):
+        raise SpecboundError(f"--llm-minutes must be a number >= 0, got {args.llm_minutes}")
+    if args.prompt_set is not None:
+        from ...assets.prompts import prompt_set_names
+
+        if args.prompt_set not in prompt_set_names():
+            raise SpecboundError(f"unknown --prompt-set {args.prompt_set!r}: use one of {', '.join(prompt_set_names())}")
+    return Settings.make(
+        args.quick, seed=args.seed, out=args.out, skip_llm=args.skip_llm, prompts=args.prompts, samples=args.samples,
+        tokens=args.tokens, gamma=args.gamma, mc_runs=args.mc_runs, engine_runs=args.engine_runs,
+        llm_budget=None if args.llm_minutes is None else 60.0 * args.llm_minutes, threads=args.threads,
+        forms=args.forms, prompt_set=args.prompt_set)
+
+
+def run(args) -> int:
+    """Entry point of ``specbound reproduce yin``."""
+    import torch
+    from rich.console import Console
+
+    from ..journal import PARTIAL_NAME, PartialResults
+    from ..report import check_output_dir, progress_bar, to_jsonable
+    from ..yin import QUICK_TOTAL_SECONDS, run_fig2, run_fig3
+    from ..yin_pareto import run_fig4
+    from ..yin_report import YinResult, write_figures, write_results
+    from ..yin_table1 import run_table1
+
+    s = settings_from_args(args)
+    out_dir = check_output_dir(s.out)
+    journal = None
+    if not s.skip_llm:
+        fingerprint = {"study": "reproduce yin table 1", "settings": to_jsonable(s)}
+        for volatile in ("out", "llm_budget"):       # neither changes what a unit measures
+            fingerprint["settings"].pop(volatile, None)
+        journal = PartialResults(Path(out_dir) / PARTIAL_NAME, fingerprint, resume=args.resume)
+    console = Console(stderr=True)
+    start = time.perf_counter()
+    runtime = {}
+    with progress_bar(console=console) as progress:
+        t = time.perf_counter()
+        f2, raw2 = run_fig2(s, progress)
+        runtime["fig2"] = time.perf_counter() - t
+        t = time.perf_counter()
+        f3 = run_fig3(s)
+        runtime["fig3"] = time.perf_counter() - t
+        t = time.perf_counter()
+        f4 = run_fig4(s, progress)
+        runtime["fig4"] = time.perf_counter() - t
+        t = time.perf_counter()
+        if s.quick and args.llm_minutes is None:
+            s.llm_budget = max(0.0, QUICK_TOTAL_SECONDS - (t - start) - 5.0)   # 5 s for figures + report
+        t1 = run_table1(s, progress, journal)
+        runtime["table1"] = time.perf_counter() - t
+    t = time.perf_counter()
+    files = write_figures(out_dir, f2, raw2, f3, f4)
+    runtime["figures"] = time.perf_counter() - t
+    runtime["total"] = time.perf_counter() - start
+    command = ("specbound reproduce yin " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["reproduce", "yin"]
+               else "specbound reproduce yin")
+    result = YinResult(command, s, {"platform": platform.platform(), "python": platform.python_version(),
+                                    "torch": torch.__version__, "torch_threads": str(torch.get_num_threads())},
+                       f2, f3, f4, t1, runtime, files + ["summary.md", "results.json"])
+    write_results(result, out_dir)
+    if journal is not None:
+        journal.discard()
+    sd = f2.rows["sd"]
+    console.print(f"[bold]Fig. 2[/bold]: exact E[N_rej] = {sd.exact:.4f} (speed-up {s.horizon / sd.exact:.3f}); "
+                  f"NumPy MC {sd.numpy_mc.mean:.3f} ± {sd.numpy_mc.se:.3f}; paper 16.41 / 3.05 (own chain)")
+    console.print(f"[bold]Fig. 4[/bold]: TV = {f4.tv:.4f}; max |rej + bias − TV| = "
+                  f"{max(d.identity_max_abs_error for d in f4.forms.values()):.1e}")
+    console.print(f"[bold]Table 1[/bold]: {t1.status}" + (f" — {t1.note}" if t1.note else ""))
+    console.print(f"Wrote {out_dir}/summary.md, results.json and {len(files)} figures in {runtime['total']:.1f} s")
+    return 0

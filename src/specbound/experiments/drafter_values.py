@@ -1,0 +1,239 @@
+"""The real drafters against the oracle (Pankratov & Alistarh 2026, §2 and Fig. 2 in kind).
+
+* :func:`drafter_values` — exact E[X | drafted tree] at the oracle's positions, every P ≤ P_max, for
+  the engine's dynamic tree drafter (deterministic: running sums of p_target(v) in best-first
+  order) and its sampled-chain drafter (acceptance coins integrated out);
+* :func:`drafter_runs` — τ(P), tokens per target call, of tree SD with a real drafter, through
+  :func:`~specbound.decoding.speculative_decode`;
+* :func:`measure_target_costs` — t(k), seconds of a target pass over k new tokens.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..decoding import DynamicTreeDrafter, SampledTreeDrafter, SamplingConfig, make_generator, speculative_decode
+from ..decoding.costs import measure_forward_costs
+from ..theory.speedup import CostProfile
+from .journal import PartialResults, no_journal
+from .llm import PromptContext, tree_laws
+from .moments import MomentSample
+from .report import Stage
+
+__all__ = ["DrafterExact", "DrafterRun", "DrafterRuns", "DrafterValues", "ExactAt", "drafter_runs",
+           "drafter_values", "drafter_values_at", "measure_target_costs"]
+
+EXACT_KINDS = ("dynamic", "chain")
+
+
+@dataclass
+class ExactAt:
+    """One drafter at one context: E[X | its tree restricted to n nodes] for n = 1..P_max."""
+
+    running: list[float]
+    draft_seconds: float
+    draft_calls: int
+
+
+def drafter_values_at(target, draft, context: list[int], capacity: int, config: SamplingConfig,
+                      generator: torch.Generator) -> dict[str, ExactAt]:
+    """Exact conditional expected accepted lengths of the real drafters at one context, for every
+    P ≤ ``capacity`` (both caches must hold a prefix of ``context``; their lengths are restored).
+
+    * dynamic tree (deterministic): the drafter's exact best-first top-P tree is nested (its first n
+      nodes in best-first order are its tree for capacity n), so E[X | T_dyn(n)] = running sums of
+      p_target(v) in that order (Pankratov & Alistarh 2026, §2 tree value); ≤ E[X | T*(n)] always.
+    * chain (sampled, rejection-verified): one chain of ``capacity`` tokens sampled from the draft;
+      its first n tokens are a chain of length n, and given the drafted tokens the expected accepted
+      length is Σ_{k≤n} Π_{i≤k} min(1, target_i(x_i)/draft_i(x_i)) (Leviathan et al. 2023).
+    """
+    out = {}
+    before = draft.cache_length
+    dyn = DynamicTreeDrafter(draft, config, capacity)
+    t0 = time.perf_counter()
+    try:
+        tree = dyn.propose(context, capacity, generator)
+    finally:
+        dyn.cache.restore()
+        draft.crop(min(before, draft.cache_length))
+    seconds = time.perf_counter() - t0
+    tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
+    laws = tree_laws(target, context, tokens, parents, config)
+    probs: list[float] = []
+    for tok, parent in zip(tokens, parents):
+        probs.append((1.0 if parent < 0 else probs[parent]) * float(laws[parent + 1][tok]))
+    depths = tree.depths.tolist()
+    order = sorted(range(len(tokens)), key=lambda i: (-dyn.last_scores[i], depths[i], i))   # best-first
+    out["dynamic"] = ExactAt(np.cumsum([probs[i] for i in order]).tolist(), seconds, tree.draft_calls)
+
+    chain = SampledTreeDrafter(draft, config, capacity, branching=(1,))
+    t0 = time.perf_counter()
+    try:
+        drafted = chain.propose(context, capacity, generator)
+    finally:
+        chain.cache.restore()
+        draft.crop(min(before, draft.cache_length))
+    seconds = time.perf_counter() - t0
+    tokens = drafted.tokens.tolist()
+    laws = tree_laws(target, context, tokens, drafted.parents.tolist(), config)
+    q = drafted.draft_probs.to(torch.float64).numpy()
+    ratio = [min(1.0, float(laws[i][tok]) / float(q[i][tok])) if q[i][tok] > 0 else 0.0
+             for i, tok in enumerate(tokens)]                 # node i's law is row i (root: row 0)
+    out["chain"] = ExactAt(np.cumsum(np.cumprod(ratio)).tolist(), seconds, drafted.draft_calls)
+    return out
+
+
+@dataclass
+class DrafterExact:
+    mean: list[float]
+    se: list[float]
+    per_position: list[list[float]]
+    draft_seconds_pmax: float
+
+
+@dataclass
+class DrafterValues:
+    capacities: list[int]
+    n_positions: int
+    note: str
+    dynamic: DrafterExact
+    chain: DrafterExact
+
+    def of(self, kind: str) -> DrafterExact | None:
+        return getattr(self, kind, None) if kind in EXACT_KINDS else None
+
+
+def _summary(rows: list[list[float]], seconds: list[float], width: int) -> DrafterExact:
+    a = np.asarray(rows, dtype=np.float64).reshape(-1, width)
+    n = a.shape[0]
+    return DrafterExact(mean=a.mean(axis=0).tolist() if n else [],
+                        se=(a.std(axis=0, ddof=1) / math.sqrt(n)).tolist() if n > 1 else [],
+                        per_position=a.tolist(), draft_seconds_pmax=float(np.mean(seconds)) if n else float("nan"))
+
+
+def drafter_values(target, draft, samples: list[MomentSample], positions: list[tuple[int, int]], capacities,
+                   temperature: float = 1.0, seed: int = 0, progress=None, journal: PartialResults | None = None,
+                   key: str = "drafter_exact") -> DrafterValues:
+    """Exact E[X | drafted tree] of the dynamic and chain drafters at ``positions`` (the oracle's),
+    for every P in ``capacities`` (see :func:`drafter_values_at`); one journal unit per position."""
+    journal = journal if journal is not None else no_journal()
+    caps = [int(c) for c in capacities]
+    pmax = max(caps)
+    config = SamplingConfig(float(temperature))
+    stage = Stage(progress, f"drafter trees at positions (P ≤ {pmax})", len(positions))
+    t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
+
+    def measure(k: int, i: int, j: int) -> dict[str, ExactAt]:
+        context = list(samples[i].prompt) + list(samples[i].tokens[:j])
+        t_ctx.set(context)
+        d_ctx.set(context)
+        return drafter_values_at(target, draft, context, pmax, config, make_generator(seed + 31 * k))
+
+    rows: dict[str, list] = {kind: [] for kind in EXACT_KINDS}
+    seconds: dict[str, list] = {kind: [] for kind in EXACT_KINDS}
+    for k, (i, j) in enumerate(positions):
+        values = journal.unit(f"{key}/{i}/{j}/P{pmax}", dict[str, ExactAt], lambda k=k, i=i, j=j: measure(k, i, j))
+        for kind in EXACT_KINDS:
+            run = np.asarray(values[kind].running, dtype=np.float64)
+            rows[kind].append([float(run[min(c, run.size) - 1]) if run.size else 0.0 for c in caps])
+            seconds[kind].append(values[kind].draft_seconds)
+        stage.advance()
+    target.reset()
+    draft.reset()
+    return DrafterValues(caps, len(positions), "per-position exact E[X | drafted tree] (chain: acceptance coins "
+                         "integrated out), same positions as the oracle; draft seconds are for the largest P",
+                         *(_summary(rows[kind], seconds[kind], len(caps)) for kind in EXACT_KINDS))
+
+
+# ---------------------------------------------------------------------------------------------------
+# τ(P) of tree SD with a real drafter
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class DrafterRun:
+    """Totals of one SD run (or a sum of runs) with one drafter at one capacity."""
+
+    tokens: int = 0
+    calls: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    draft_time: float = 0.0
+    target_time: float = 0.0
+    draft_calls: int = 0
+    nodes: int = 0
+
+    def __add__(self, other: "DrafterRun") -> "DrafterRun":
+        return DrafterRun(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
+
+    @property
+    def tau(self) -> float:
+        return self.tokens / self.calls if self.calls else float("nan")
+
+
+@dataclass
+class DrafterRow:
+    tau: float
+    mean_accepted: float
+    draft_seconds_per_round: float
+    target_seconds_per_round: float
+    draft_calls_per_round: float
+    nodes_per_round: float
+    rounds: int
+    tokens: int
+
+
+@dataclass
+class DrafterRuns:
+    kind: str
+    capacities: list[int]
+    prompts: int
+    tokens_per_prompt: int
+    by_capacity: dict[int, DrafterRow] = field(default_factory=dict)
+
+
+def drafter_runs(target, draft, prompt_ids: list[list[int]], capacities, kind: str, n_prompts: int, tokens: int,
+                 temperature: float = 1.0, seed: int = 0, progress=None, journal: PartialResults | None = None,
+                 key: str = "drafter") -> DrafterRuns:
+    """τ(P) = tokens per target call of tree SD with a real drafter — ``"chain"`` (a sampled chain of
+    P tokens: standard SD with γ = P), ``"dynamic"`` (best-first tree of P nodes) or ``"sampled"`` —
+    plus the measured draft and target seconds per round; one journal unit per (P, prompt)."""
+    journal = journal if journal is not None else no_journal()
+    prompts = prompt_ids[:n_prompts]
+    caps = [int(c) for c in capacities]
+    stage = Stage(progress, f"{kind} drafter", len(caps) * len(prompts))
+
+    def run(P: int, k: int, ids: list[int]) -> DrafterRun:
+        res = speculative_decode(target, draft, ids, tokens, tree=P, tree_drafter=kind, temperature=temperature,
+                                 seed=seed + 104729 * k + P)
+        m = res.metrics
+        return DrafterRun(m.new_tokens, m.target_calls, sum(m.accepted_per_step), len(m.accepted_per_step),
+                          m.draft_time, m.target_time, m.draft_calls, sum(m.drafted_per_step))
+
+    out = DrafterRuns(kind, caps, len(prompts), int(tokens))
+    for P in caps:
+        total = DrafterRun()
+        for k, ids in enumerate(prompts):
+            total = total + journal.unit(f"{key}/{kind}/P{P}/{k}", DrafterRun, lambda P=P, k=k, ids=ids: run(P, k, ids))
+            stage.advance()
+        rounds = max(total.rounds, 1)
+        out.by_capacity[P] = DrafterRow(total.tau, total.accepted / rounds, total.draft_time / rounds,
+                                        total.target_time / rounds, total.draft_calls / rounds, total.nodes / rounds,
+                                        total.rounds, total.tokens)
+    target.reset()
+    draft.reset()
+    return out
+
+
+def measure_target_costs(target, prompt_ids: list[int], capacities, repeats: int = 3) -> CostProfile:
+    """t(k): median seconds of a target pass over k new tokens after a real prompt, k = 1 and P + 1."""
+    ks = sorted({1} | {int(P) + 1 for P in capacities})
+    target.reset()
+    if len(prompt_ids) > 1:
+        target.forward(torch.tensor([prompt_ids[:-1]], dtype=torch.long))
+    measure_forward_costs(target, ks=(1, ks[-1]), repeats=1)        # warm-up (page faults, allocator)
+    costs, _ = measure_forward_costs(target, ks=ks, repeats=max(1, repeats))
+    target.reset()
+    return costs

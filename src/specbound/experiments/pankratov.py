@@ -1,0 +1,346 @@
+"""`specbound reproduce pankratov`, the measurement: Pankratov & Alistarh 2026 in kind (nats throughout).
+
+(i)   **Table** in kind: μ, μ₂ = E[Σ p ln² p] and E[H²] per model × prompt set, each model on its own
+      samples at temperature 1 (§3.4): the packaged Qwen2.5-Coder 1.5B (target) and 0.5B (draft), and
+      SmolLM2-135M when it is converted.
+(ii)  **Fig. 2** in kind: speed-up vs capacity P for the bound, the oracle T*(P) and the real
+      drafters, per prompt set — :func:`.analyze.analyze_set`.
+(iii) **Synthetic i.i.d. checks** (§5 T3/T4 of the note): the slope of E[X*] vs ln P must be 1/μ
+      (within 5%), and the rigorous bounds must hold, for identical and random i.i.d. environments.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..theory.bounds import entropy_moments, speed_of_light
+from ..theory.trees import optimal_tree
+from .analyze import AnalyzeConfig, SetAnalysis, analyze_set
+from .journal import PartialResults, no_journal
+from .llm import encode_prompts
+from .moments import Moments, measure_moments
+from .report import omitted_if_none, progress_bar
+from .stats import fit_log_slope
+
+__all__ = ["IDENTICAL_CASES", "LLMStudy", "MomentRow", "PankratovResult", "SETS", "SyntheticCase",
+           "SyntheticChecks", "identical_environment_case", "llm_configs", "moment_row", "moments_table",
+           "random_environment_case", "run_llm", "synthetic_checks"]
+
+PAPER = "Pankratov & Alistarh 2026 (arXiv 2512.11718)"
+SETS = ("humaneval", "mtbench", "gsm8k")
+SLOPE_TOLERANCE = 0.05
+
+#: (name, law) of the identical deterministic environments (note §5, T3)
+IDENTICAL_CASES = (
+    ("T3a p=(.6,.25,.1,.05)", (0.6, 0.25, 0.1, 0.05)),
+    ("T3b p=(.5,.3,.2)", (0.5, 0.3, 0.2)),
+    ("T3c peaked p=(.9,.05,.03,.02)", (0.9, 0.05, 0.03, 0.02)),
+    ("T3d uniform V=4", (0.25, 0.25, 0.25, 0.25)),
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# (iii) synthetic i.i.d. checks
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class SyntheticCase:
+    """One environment: E[X*] on a geometric grid of P, its fitted slope against ln P vs 1/μ, bounds."""
+
+    name: str
+    kind: str
+    mu: float
+    mu2: float
+    P: list[int]
+    value: list[float]
+    asymptotic: list[float]
+    renewal: list[float]
+    slope: float
+    slope_se: float | None
+    inverse_mu: float
+    relative_error: float
+    within_tolerance: bool
+    renewal_holds: bool
+    published_holds_P_ge_3: bool
+    p_range: list[int]
+    checkpoints: dict[int, float]
+    seconds: float = 0.0
+    law: list[float] | None = omitted_if_none()
+    mean_H2: float | None = omitted_if_none()
+    value_se: list[float] | None = omitted_if_none()
+    n_envs: int | None = omitted_if_none()
+    moment_draws: int | None = omitted_if_none()
+
+
+@dataclass
+class SyntheticChecks:
+    cases: list[SyntheticCase]
+    tolerance: float
+    all_within_tolerance: bool
+    all_bounds_hold: bool
+
+
+def _grid(p_min: int, p_max: int, n: int = 60) -> np.ndarray:
+    return np.unique(np.round(np.geomspace(p_min, p_max, n)).astype(int))
+
+
+def _checks(run: np.ndarray, mu: float, mu2: float, p_max: int) -> tuple[bool, bool]:
+    all_P = np.arange(1, p_max + 1)
+    renewal_all = speed_of_light(mu, mu2, all_P, "renewal")
+    published = speed_of_light(mu, mu2, all_P[2:], "published")
+    return bool(np.all(run <= renewal_all + 1e-9)), bool(np.all(run[2:] <= published + 1e-9))
+
+
+def identical_environment_case(name: str, law, p_max: int, p_min: int = 64) -> SyntheticCase:
+    """Same law at every node (note §5 T3): E[X|T*(P)] for all P ≤ p_max from ONE best-first search
+    (nested optimal trees: running sums of path probabilities), slope of E* vs ln P over
+    [p_min, p_max] against 1/μ, and the bounds (renewal for all P, published for P ≥ 3)."""
+    law = np.asarray(law, dtype=np.float64)
+    t0 = time.perf_counter()
+    tree = optimal_tree(lambda path: law, p_max)
+    run = np.cumsum(np.asarray(tree.path_probs, dtype=np.float64))
+    H, m2 = entropy_moments(law)
+    mu, mu2 = float(H), float(m2)
+    P = _grid(p_min, p_max)
+    values = run[P - 1]
+    slope = fit_log_slope(P, values)
+    renewal_holds, published_holds = _checks(run, mu, mu2, p_max)
+    return SyntheticCase(
+        name=name, kind="identical", law=law.tolist(), mu=mu, mu2=mu2, P=P.tolist(), value=values.tolist(),
+        asymptotic=speed_of_light(mu, mu2, P, "asymptotic").tolist(), renewal=speed_of_light(mu, mu2, P, "renewal").tolist(),
+        slope=slope, slope_se=None, inverse_mu=1.0 / mu, relative_error=slope * mu - 1.0,
+        within_tolerance=bool(abs(slope * mu - 1.0) <= SLOPE_TOLERANCE), renewal_holds=renewal_holds,
+        published_holds_P_ge_3=published_holds, p_range=[int(p_min), int(p_max)], seconds=time.perf_counter() - t0,
+        checkpoints={c: float(run[c - 1]) for c in (16, 20, 64, 84, 256, 1024, 4096, 16384) if c <= p_max})
+
+
+def _random_law(rng: np.random.Generator, vocab: int, betas) -> np.ndarray:
+    beta = betas[rng.integers(len(betas))]
+    z = beta * rng.standard_normal(vocab)
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def random_environment_case(n_envs: int, p_max: int, p_min: int = 64, vocab: int = 16, betas=(0.5, 2.0, 6.0),
+                            moment_draws: int = 100_000, seed: int = 0) -> SyntheticCase:
+    """i.i.d. random environment (note §5 T4): every node gets a fresh softmax(β·g), g ~ N(0, I_V),
+    β uniform on ``betas``. Laws are drawn when the search first asks for them (deferred decisions:
+    the same joint law as drawing all of them up front). μ, μ₂ from ``moment_draws`` fresh laws.
+    Per environment the slope of E* vs ln P is fitted; its mean ± SE is compared with 1/μ."""
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    draws = np.stack([_random_law(rng, vocab, betas) for _ in range(moment_draws)])
+    H, m2 = entropy_moments(draws)
+    mu, mu2, mean_H2 = float(H.mean()), float(m2.mean()), float((H * H).mean())
+    del draws
+    P = _grid(p_min, p_max, 40)
+    curves = np.empty((n_envs, p_max))
+    for e in range(n_envs):
+        env_rng = np.random.default_rng([seed, e])
+        tree = optimal_tree(lambda path, r=env_rng: _random_law(r, vocab, betas), p_max)
+        run = np.cumsum(np.asarray(tree.path_probs, dtype=np.float64))
+        curves[e, : run.size] = run
+        curves[e, run.size:] = run[-1] if run.size else 0.0
+    slopes = np.array([fit_log_slope(P, c[P - 1]) for c in curves])
+    slope, slope_se = float(slopes.mean()), float(slopes.std(ddof=1) / math.sqrt(n_envs)) if n_envs > 1 else 0.0
+    mean_curve = curves.mean(axis=0)
+    renewal_holds, published_holds = _checks(mean_curve, mu, mu2, p_max)
+    return SyntheticCase(
+        name=f"T4 random softmax(βg), V={vocab}, β∈{{{', '.join(f'{b:g}' for b in betas)}}}", kind="random",
+        mu=mu, mu2=mu2, mean_H2=mean_H2, P=P.tolist(), value=mean_curve[P - 1].tolist(),
+        value_se=(curves[:, P - 1].std(axis=0, ddof=1) / math.sqrt(n_envs)).tolist() if n_envs > 1 else None,
+        asymptotic=speed_of_light(mu, mu2, P, "asymptotic").tolist(), renewal=speed_of_light(mu, mu2, P, "renewal").tolist(),
+        slope=slope, slope_se=slope_se, inverse_mu=1.0 / mu, relative_error=slope * mu - 1.0,
+        within_tolerance=bool(abs(slope * mu - 1.0) <= SLOPE_TOLERANCE), renewal_holds=renewal_holds,
+        published_holds_P_ge_3=published_holds, n_envs=n_envs, moment_draws=moment_draws,
+        p_range=[int(p_min), int(p_max)],
+        checkpoints={c: float(mean_curve[c - 1]) for c in (64, 256, 1024, 4096) if c <= p_max},
+        seconds=time.perf_counter() - t0)
+
+
+def synthetic_checks(quick: bool = False, seed: int = 0) -> SyntheticChecks:
+    """(iii): every identical case of :data:`IDENTICAL_CASES` and the random environment."""
+    p_max = 2 ** 14 if quick else 2 ** 16
+    cases = [identical_environment_case(name, law, p_max) for name, law in IDENTICAL_CASES]
+    cases.append(random_environment_case(n_envs=60 if quick else 300, p_max=1024 if quick else 4096,
+                                         moment_draws=30_000 if quick else 200_000, seed=seed))
+    return SyntheticChecks(cases, SLOPE_TOLERANCE, all(c.within_tolerance for c in cases),
+                           all(c.renewal_holds and c.published_holds_P_ge_3 for c in cases))
+
+
+# ---------------------------------------------------------------------------------------------------
+# (i) the moments table, (ii) Fig. 2 in kind
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class MomentRow:
+    model: str
+    set: str
+    mu: float
+    mu2: float
+    mean_H2: float
+    var_surprisal: float
+    se_mu: float
+    se_mu2: float
+    se_mu_prompt: float
+    se_mu2_prompt: float
+    n: int
+    n_prompts: int
+    frac_H_below_0p1: float
+
+
+def moment_row(model_name: str, set_name: str, est: Moments) -> MomentRow:
+    return MomentRow(model_name, set_name, est.mu, est.mu2, est.mean_H2, est.var_surprisal, est.se_mu, est.se_mu2,
+                     est.se_mu_prompt, est.se_mu2_prompt, est.n, est.n_prompts, est.frac_H_below_0p1)
+
+
+def moments_table(model, model_name: str, prompts_by_set: dict, cfg: AnalyzeConfig, progress=None, log=print,
+                  journal: PartialResults | None = None) -> list[MomentRow]:
+    """μ, μ₂, E[H²] of ``model`` on its own samples for every prompt set (the Table in kind)."""
+    rows = []
+    for set_name, prompts in prompts_by_set.items():
+        ids = encode_prompts(model, prompts)
+        mom = measure_moments(model, ids, cfg.tokens, cfg.temperature, cfg.seed, progress,
+                              label=f"{set_name} moments {model_name}", journal=journal,
+                              key=f"table/{model_name}/{set_name}")
+        est = mom.estimate
+        log(f"[table] {model_name} × {set_name}: mu={est.mu:.4f} mu2={est.mu2:.4f} "
+            f"E[H^2]={est.mean_H2:.4f} n={est.n} ({est.seconds:.0f}s)")
+        rows.append(moment_row(model_name, set_name, est))
+    return rows
+
+
+def llm_configs(quick: bool) -> tuple[AnalyzeConfig, tuple[str, ...]]:
+    """(configuration, sets analysed for Fig. 2). The moments table always covers all of :data:`SETS`."""
+    if quick:
+        cfg = AnalyzeConfig.quick(n_prompts=1, tokens=8, capacities=(1, 4, 8), oracle_positions=1,
+                                  oracle_sd_capacities=(4,), oracle_sd_tokens=8, drafter_prompts=1,
+                                  drafter_tokens=8, cost_repeats=1)
+        return cfg, SETS[:1]
+    # full run: ~30-35 min on the shared 2-core CPU with one torch thread (the 1.5B target takes about
+    # 0.45 s per short forward and 1.9 s for 65 tokens while another real-model job runs)
+    cfg = AnalyzeConfig(n_prompts=6, tokens=40, capacities=(1, 2, 4, 8, 16, 32, 64), oracle_positions=8,
+                        oracle_width=12, oracle_sd_capacities=(1, 8, 64), oracle_sd_prompts=1,
+                        oracle_sd_tokens=24, drafter_prompts=1, drafter_tokens=32, cost_repeats=2)
+    return cfg, SETS
+
+
+@dataclass
+class LLMStudy:
+    analyses: list[SetAnalysis]
+    table: list[MomentRow]
+    timings: dict[str, float] = field(default_factory=dict)
+    skipped_models: list[str] = field(default_factory=list)
+    torch_threads: int = 1
+
+
+@dataclass
+class Augmented:
+    finished: str
+    seconds: float
+
+
+@dataclass
+class PankratovResult:
+    """Everything ``reproduce pankratov`` measured (JSON: ``results.json``); ``llm`` is None when the
+    real-model parts were skipped (``llm_note`` says why)."""
+
+    quick: bool
+    synthetic: SyntheticChecks
+    llm: LLMStudy | None
+    paper: str = PAPER
+    llm_note: str | None = omitted_if_none()
+    llm_config: AnalyzeConfig | None = omitted_if_none()
+    seconds: float = 0.0
+    finished: str = ""
+    augmented: Augmented | None = omitted_if_none()
+
+
+def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
+            journal: PartialResults | None = None) -> LLMStudy:
+    """(i) and (ii) on the packaged models (loads them; every unit goes through ``journal``)."""
+    import torch
+
+    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
+    from ..assets.prompts import load_prompts
+    from ..models.loading import load_model
+
+    journal = journal if journal is not None else no_journal()
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    prompts_by_set = {s: load_prompts(s, cfg.n_prompts) for s in SETS}
+    t0 = time.perf_counter()
+    target = load_model(DEFAULT_TARGET, progress=progress)
+    draft8 = load_model(DEFAULT_DRAFT, progress=progress, int8=True)
+    timings["load_target_and_int8_draft"] = time.perf_counter() - t0
+    analyses, table_rows = [], []
+    target_label = f"{DEFAULT_TARGET} (target)"
+    for s in SETS:
+        if s in fig_sets:
+            log(f"== analysing {s} (moments, oracle, drafters, costs)")
+            res = analyze_set(target, draft8, s, cfg, prompts=prompts_by_set[s], progress=progress, log=log,
+                              journal=journal)
+            analyses.append(res)
+            table_rows.append(moment_row(target_label, s, res.moments))
+            timings[f"analyze_{s}"] = sum(res.timings.values())
+        else:
+            with progress_bar(progress) as bar:
+                table_rows += moments_table(target, target_label, {s: prompts_by_set[s]}, cfg,
+                                            bar if progress else None, log, journal)
+    del target, draft8
+    gc.collect()
+    others = [(DEFAULT_DRAFT, f"{DEFAULT_DRAFT} (draft, fp32)")]
+    skipped = []
+    if is_converted("smollm2-135m"):
+        others.append(("smollm2-135m", "smollm2-135m"))
+    else:
+        skipped.append("smollm2-135m (not converted)")
+    for name, label in others:
+        t0 = time.perf_counter()
+        model = load_model(name, progress=progress)
+        with progress_bar(progress) as bar:
+            table_rows += moments_table(model, label, prompts_by_set, cfg, bar if progress else None, log, journal)
+        del model
+        gc.collect()
+        timings[f"table_{name}"] = time.perf_counter() - t0
+    timings["llm_total"] = time.perf_counter() - t_start
+    return LLMStudy(analyses, table_rows, timings, skipped, torch.get_num_threads())
+
+
+def augment(result: PankratovResult, progress: bool = True, log=print) -> PankratovResult:
+    """Add the exact per-position drafter values (:func:`.drafter_values.drafter_values`) to a finished
+    run that predates them (same prompts, samples and oracle positions); derived parts recomputed."""
+    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+    from ..assets.prompts import load_prompts
+    from ..errors import SpecboundError
+    from ..models.loading import load_model
+    from .drafter_values import drafter_values
+
+    if result.llm is None:
+        raise SpecboundError("the results in --out have no LLM part to augment")
+    t0 = time.perf_counter()
+    target = load_model(DEFAULT_TARGET, progress=progress)
+    draft = load_model(DEFAULT_DRAFT, progress=progress, int8=True)
+    for res in result.llm.analyses:
+        if res.drafter_exact is not None or res.oracle is None:
+            continue
+        cfg = res.config
+        ids = encode_prompts(target, load_prompts(res.set, cfg.n_prompts))
+        for sample, p, length in zip(res.samples, ids, res.prompt_ids_lengths):
+            if len(p) != length:
+                raise SpecboundError(f"{res.set}: a prompt encodes to {len(p)} tokens, the run had {length}")
+            sample.prompt = p
+        positions = [(d.sample, d.position) for d in res.oracle.positions]
+        t1 = time.perf_counter()
+        with progress_bar(progress) as bar:
+            res.drafter_exact = drafter_values(target, draft, res.samples, positions, cfg.capacities, cfg.temperature,
+                                               cfg.seed, bar if progress else None)
+        res.timings["drafter_exact"] = time.perf_counter() - t1
+        res.finalize()
+        log(f"[{res.set}] exact E[X|T] at the oracle positions: " + "; ".join(
+            f"{kind}: " + ", ".join(f"P={c}: {m:.2f}" for c, m in zip(cfg.capacities, res.drafter_exact.of(kind).mean))
+            for kind in ("dynamic", "chain")) + f"  ({res.timings['drafter_exact']:.0f}s)")
+    result.augmented = Augmented(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.perf_counter() - t0)
+    return result

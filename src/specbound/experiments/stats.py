@@ -1,0 +1,74 @@
+"""Small statistics shared by every study: means with standard errors, ratio estimators, binomial
+intervals, running averages and log-slopes. NumPy only; NaN where a quantity is undefined."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["MeanSE", "fit_log_slope", "mean_se", "ratio_se", "running_checkpoints", "wilson_interval", "z_score"]
+
+
+@dataclass
+class MeanSE:
+    """A Monte Carlo mean, its standard error and the number of samples."""
+
+    mean: float
+    se: float
+    runs: int
+
+
+def mean_se(values) -> tuple[float, float]:
+    """(mean, standard error of the mean); SE is NaN for fewer than two values, both NaN for none."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if x.size == 0:
+        return float("nan"), float("nan")
+    se = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
+    return float(x.mean()), se
+
+
+def ratio_se(numerators, denominators) -> tuple[float, float]:
+    """Pooled ratio Σa/Σb and its standard error (ratio estimator, the pairs (a, b) as units)."""
+    a = np.asarray(numerators, dtype=np.float64)
+    b = np.asarray(denominators, dtype=np.float64)
+    if a.size == 0 or b.sum() == 0:
+        return float("nan"), float("nan")
+    ratio = a.sum() / b.sum()
+    if a.size < 2:
+        return float(ratio), float("nan")
+    resid = a - ratio * b
+    se = math.sqrt((resid ** 2).sum() / (a.size * (a.size - 1))) / b.mean()
+    return float(ratio), float(se)
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (successes may be fractional: ties count ½)."""
+    if n <= 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def z_score(mean: float, exact: float, se: float) -> float:
+    """(mean − exact) / se, NaN when the standard error is not positive."""
+    return (mean - exact) / se if se is not None and math.isfinite(se) and se > 0 else float("nan")
+
+
+def running_checkpoints(samples, points: int = 60) -> tuple[list[int], list[float]]:
+    """Running mean after ~``points`` geometrically spaced numbers of runs (for Fig. 2a/b-style plots)."""
+    samples = np.asarray(samples, dtype=np.float64)
+    n = len(samples)
+    if n == 0:
+        return [], []
+    idx = np.unique(np.geomspace(1, n, points).astype(int))
+    running = np.cumsum(samples) / np.arange(1, n + 1)
+    return idx.tolist(), running[idx - 1].tolist()
+
+
+def fit_log_slope(capacities, values) -> float:
+    """Least-squares slope of ``values`` against ln(capacity)."""
+    return float(np.polyfit(np.log(np.asarray(capacities, dtype=np.float64)), np.asarray(values), 1)[0])
