@@ -95,14 +95,7 @@ def test_sampled_moments_equal_direct_computation(pair, temperature):
 
 
 # ------------------------------------------------------------------ (b) oracle trees
-# width 1: the first oracle read is a single node under the root, which DraftCache reads as a chain extension
-# (committing it), so the root's next child can no longer attach: a bug in decoding/drafters/base.py
-# (OracleTreeDrafter(width=1) fails the same way). strict: this turns red once the engine is fixed.
-_DRAFTCACHE_BUG = pytest.mark.xfail(strict=True, raises=SpecboundError,
-                                    reason="DraftCache._extends_chain commits a lone first read under the root")
-
-
-@pytest.mark.parametrize("width", [pytest.param(1, marks=_DRAFTCACHE_BUG), 4, 16])
+@pytest.mark.parametrize("width", [1, 4, 16])
 def test_batched_oracle_tree_equals_theory_optimal_tree(pair, width):
     target, _ = pair
     config = SamplingConfig(1.0)

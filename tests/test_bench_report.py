@@ -1,11 +1,17 @@
-"""The bench report on a tiny HF pair: runs end to end, counts assisted target calls, writes files."""
+"""The bench on a tiny HF pair: every method runs end to end, HF target forwards are counted, greedy
+outputs match plain generate, the journal resumes, and the report is written."""
+import copy
 import json
 
 import torch
 
 from helpers import perturbed_copy, tiny_transformer
-from specbound.experiments.bench import BenchConfig, markdown_table, run_bench, write_report
 from specbound.assets.prompts import Prompt
+from specbound.experiments.bench import BENCH_METHODS, BenchConfig, BenchResult, run_bench
+from specbound.experiments.bench_report import bench_markdown
+from specbound.experiments.journal import PartialResults
+from specbound.experiments.report import from_jsonable, to_jsonable
+from specbound.models.fast import quantize_int8
 from specbound.models.hf import HFModel
 
 
@@ -18,18 +24,37 @@ class CharTokenizer:
         return type("Enc", (), {"input_ids": torch.tensor([[1 + ord(c) % 47 for c in text]])})()
 
 
-def test_bench_runs_on_tiny_models(tmp_path):
+def _models():
     target_model = tiny_transformer(0, vocab=48)
-    target = HFModel(target_model, CharTokenizer(), name="tiny-target")
-    draft = HFModel(perturbed_copy(target_model, 0.3, seed=1), CharTokenizer(), name="tiny-draft")
-    prompts = [Prompt(id="p0", text="def f(x):", kind="code"), Prompt(id="p1", text="return x", kind="code")]
-    report = run_bench(target, draft, prompts, BenchConfig(n_prompts=2, max_new_tokens=12, gamma=3), progress=False)
-    assert len(report["rows"]) == 4
-    for row in report["rows"]:
-        assert row["hf-generate"]["target_calls"] == 12          # prefill + 11 more decode steps
-        assert row["hf-assisted"]["tau"] >= 1.0
-        if row["mode"] == "greedy":
-            assert row["identical_to_generate"]
-    json_path, md_path = write_report(report, tmp_path)
-    assert json.loads(json_path.read_text())["summary"]["greedy"]["identical_to_generate"] == 2
-    assert "vs assisted" in markdown_table(report)
+    draft_model = perturbed_copy(target_model, 0.3, seed=1)
+    int8 = quantize_int8(copy.deepcopy(draft_model))
+    return {"target": HFModel(target_model, CharTokenizer(), name="tiny-target"),
+            "draft_fp32": HFModel(draft_model, CharTokenizer(), name="tiny-draft"),
+            "draft_int8": HFModel(int8, CharTokenizer(), name="tiny-draft-int8")}
+
+
+def test_bench_runs_every_method_and_resumes(tmp_path):
+    models = _models()
+    prompts = [Prompt(id="p0", text="def f(x): return f(x)", kind="code"),
+               Prompt(id="p1", text="return x + x + x", kind="code")]
+    config = BenchConfig("tiny", 0, 2, 12, ("greedy", "sampled"))
+    journal = PartialResults(tmp_path / "partial.jsonl", {"c": 1})
+    result = run_bench(models, prompts, config, journal, progress=False)
+    assert len(result.rows) == 4
+    for row in result.rows:
+        assert set(row.runs) == set(BENCH_METHODS)
+        assert row.runs["hf-generate"].target_calls == 12          # prefill + 11 more decode steps
+        assert all(r.tau >= 1.0 for r in row.runs.values())
+        if row.mode == "greedy":                                   # every method is lossless at greedy
+            assert all(r.identical for r in row.runs.values()), {m: r.identical for m, r in row.runs.items()}
+    summary = result.summary["greedy"]
+    assert summary["best_assisted_int8"] in ("hf-assisted-int8", "hf-assisted-int8-heuristic")
+    assert summary["methods"]["specbound-tree"]["vs_assisted_int8"]["median"] > 0
+    # resume: every (prompt, mode) comes from the journal, nothing is re-measured
+    again = PartialResults(tmp_path / "partial.jsonl", {"c": 1}, resume=True)
+    run_bench(models, prompts, config, again, progress=False)
+    assert again.reused == 4
+    back = from_jsonable(BenchResult, json.loads(json.dumps(to_jsonable(result))))
+    assert back.rows[0].runs["hf-generate"].target_calls == 12
+    text = bench_markdown(result, "specbound bench --test")
+    assert "vs HF assisted-int8 (best)" in text and "specbound-tree" in text

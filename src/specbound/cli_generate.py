@@ -198,43 +198,6 @@ def cmd_models(args) -> int:
     return 1 if any(row.check.state == "damaged" for row in rows) else 0
 
 
-def cmd_bench(args) -> int:
-    from pathlib import Path
-
-    import torch
-    from rich.console import Console
-
-    from .experiments.bench import BenchConfig, markdown_table, run_bench, write_report
-    from .assets.prompts import load_prompts
-    from .models.loading import load_model, load_pair
-
-    console = Console(stderr=True)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.verify_cost:
-        from .experiments.verify_cost import markdown, run_verify_cost
-
-        report = run_verify_cost(args.target, repeats=args.repeats, out_dir=Path(args.out))
-        print(markdown(report))
-        console.print(f"wrote {report['json_path']}")
-        return 0
-    if args.n_prompts < 1 or args.max_new_tokens < 1:
-        raise SpecboundError("--n-prompts and --max-new-tokens must be >= 1")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    with console.status("loading models…"):
-        target, assistant = load_pair(args.target, args.draft, prepack=not args.eager)
-        draft = assistant if args.draft_fp32 else load_model(args.draft or assistant.name, prepack=False, int8=True)
-    prompts = load_prompts(args.prompt_set, limit=args.n_prompts)
-    modes = tuple(m for m in args.modes.split(",") if m)
-    config = BenchConfig(args.prompt_set, len(prompts), args.max_new_tokens, modes, _gamma(args.gamma), args.seed)
-    report = run_bench(target, draft, prompts, config, assistant=assistant)
-    json_path, md_path = write_report(report, Path(args.out))
-    print(markdown_table(report))
-    console.print(f"wrote {json_path} and {md_path}")
-    return 0
-
-
 def register(sub) -> None:
     p = sub.add_parser("generate", help="speculative decoding on real models; streams text and prints metrics")
     p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
@@ -270,25 +233,6 @@ def register(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
     p.add_argument("--json", action="store_true", help="print a JSON report instead of text + table")
     p.set_defaults(func=cmd_generate)
-
-    p = sub.add_parser("bench", help="specbound vs HF generate vs HF assisted generation, interleaved, one process")
-    p.add_argument("--target", default=None)
-    p.add_argument("--draft", default=None)
-    p.add_argument("--prompt-set", default="humaneval")
-    p.add_argument("--n-prompts", type=int, default=5)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--modes", default="greedy,sampled", help="comma list of greedy, sampled (T=1, top-k 50)")
-    p.add_argument("--gamma", default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--eager", action="store_true", help="no oneDNN prepacking for any model")
-    p.add_argument("--draft-fp32", action="store_true",
-                   help="specbound drafts with the same fp32 draft as HF assisted (default: an int8 copy)")
-    p.add_argument("--out", default="runs", help="directory for the JSON and markdown reports")
-    p.add_argument("--verify-cost", action="store_true",
-                   help="instead: t(k)/t(1) of the target for k = 1..64, eager vs prepacked linear layers")
-    p.add_argument("--repeats", type=int, default=5, help="repeats per k for --verify-cost (median)")
-    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("models", help="list packaged models, where they are cached and whether the cache is intact")
     p.add_argument("--verify", action="store_true",

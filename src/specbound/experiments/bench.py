@@ -1,185 +1,210 @@
-"""`specbound bench`: specbound against what users would pick instead, side by side in ONE process.
+"""`specbound bench`: specbound against the strongest configuration of each peer, side by side in ONE process.
 
-Per prompt and decoding mode (greedy, sampled) the methods run interleaved, in an order rotated per
-prompt so slow drifts of a noisy machine do not favour one method:
+Methods (all decode exactly ``max_new_tokens`` tokens, EOS ignored, timings include the prefill):
 
-* ``hf-generate``  — the target's own ``generate`` (plain autoregressive decoding);
-* ``hf-assisted``  — Hugging Face assisted generation, ``generate(assistant_model=draft)``, defaults;
-* ``specbound``    — specbound chain speculative decoding (γ from the cost model by default).
+* ``hf-generate`` — the target's own ``generate`` (plain decoding);
+* ``hf-assisted-fp32`` — Hugging Face assisted generation with the fp32 draft, its defaults;
+* ``hf-assisted-int8`` / ``hf-assisted-int8-heuristic`` — the SAME int8 draft specbound uses, with
+  HF's default schedule (up to 20 tokens, confidence 0.4) and with its ``heuristic`` schedule; the
+  better of the two per prompt set is the reference ("HF assisted-int8, best");
+* ``hf-lookup`` — Hugging Face prompt-lookup decoding (10 tokens, n-gram 2, its documented setting);
+* ``specbound-chain`` — chain SD, draft length sized every round (``gamma="auto"``);
+* ``specbound-tree`` — dynamic draft tree sized every round (``tree="auto"``).
 
-All methods decode exactly ``max_new_tokens`` tokens (EOS ignored) so they do the same work, and
-every timing includes the prompt's prefill. Ratios are taken per prompt, then summarised by the
-median (and minimum) over prompts. This is a benchmark: it prints and writes numbers, it asserts
-nothing about speed.
+Every model uses the same kernels (oneDNN-prepacked fp32 target and fp32 draft, the int8 draft
+with the padded one-row path), so a ratio compares algorithms, not kernels. Per prompt and mode the
+methods run interleaved in an order rotated per prompt; each finished (prompt, mode) is journaled so
+``--resume`` continues an interrupted run. This is a benchmark: it prints and writes numbers and
+asserts nothing about speed.
 """
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
 
-from ..decoding import speculative_decode
+from ..decoding import SamplingConfig, speculative_decode
 
-METHODS = ("hf-generate", "hf-assisted", "specbound")
-MODES = {"greedy": dict(temperature=0.0, top_k=None), "sampled": dict(temperature=1.0, top_k=50)}
+__all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "run_bench", "summarise"]
+
+BENCH_METHODS = ("hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic", "hf-lookup",
+                 "specbound-chain", "specbound-tree")
+MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0, top_k=50)}
+ASSISTED_INT8 = ("hf-assisted-int8", "hf-assisted-int8-heuristic")
 
 
 @dataclass
 class BenchConfig:
     prompt_set: str = "humaneval"
-    n_prompts: int = 5
-    max_new_tokens: int = 128
-    modes: tuple[str, ...] = ("greedy", "sampled")
-    gamma: object = "auto"
+    offset: int = 10
+    n_prompts: int = 8
+    max_new_tokens: int = 96
+    modes: tuple[str, ...] = ("greedy",)
+    methods: tuple[str, ...] = BENCH_METHODS
     seed: int = 0
-    notes: dict = field(default_factory=dict)
 
 
-def _hf_generate(model_wrapper, ids, n, mode, seed, assistant=None):
-    settings = MODES[mode]
-    kwargs = dict(max_new_tokens=n, min_new_tokens=n, pad_token_id=model_wrapper.tokenizer.eos_token_id,
-                  attention_mask=torch.ones_like(ids))
-    if settings["temperature"] == 0:
+@dataclass
+class MethodRun:
+    """One method on one prompt: throughput, τ (tokens per target forward), drafting and time split."""
+
+    seconds: float
+    tokens_per_second: float
+    tau: float
+    target_calls: int
+    identical: bool | None = None          # greedy: same tokens as hf-generate
+    drafted_per_round: float | None = None
+    depth_per_round: float | None = None
+    plain_steps: int | None = None
+    draft_seconds: float | None = None
+    target_seconds: float | None = None
+
+
+@dataclass
+class BenchRow:
+    prompt: str
+    mode: str
+    prompt_tokens: int
+    order: list[str]
+    runs: dict[str, MethodRun] = field(default_factory=dict)
+
+
+@dataclass
+class BenchResult:
+    config: BenchConfig
+    machine: dict
+    models: dict
+    rows: list[BenchRow]
+    summary: dict = field(default_factory=dict)
+
+
+def _hf_generate(target, ids, n, sampling: SamplingConfig, seed: int, assistant=None, **options) -> tuple[list, MethodRun]:
+    """One Hugging Face ``generate`` call (optionally assisted); counts the target's forwards."""
+    kwargs = dict(max_new_tokens=n, min_new_tokens=n, pad_token_id=target.tokenizer.eos_token_id,
+                  attention_mask=torch.ones_like(ids), **options)
+    if sampling.greedy:
         kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
     else:
-        kwargs.update(do_sample=True, temperature=settings["temperature"], top_k=settings["top_k"], top_p=None)
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     if assistant is not None:
         kwargs["assistant_model"] = assistant.model
     calls = [0]
-    hook = model_wrapper.model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    hook = target.model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     try:
         with torch.inference_mode():
-            out = model_wrapper.model.generate(ids, **kwargs)
+            out = target.model.generate(ids, **kwargs)
     finally:
         hook.remove()
     seconds = time.perf_counter() - t0
     tokens = out[0, ids.shape[1]:].tolist()
-    # tokens per target forward (every HF forward, the prefill included, yields >= 1 token): 1 for generate
-    tau = len(tokens) / max(calls[0], 1)
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_second": len(tokens) / seconds, "tau": tau,
-            "target_calls": calls[0]}
+    return tokens, MethodRun(seconds, len(tokens) / seconds, len(tokens) / max(calls[0], 1), calls[0])
 
 
-def _specbound(target, draft, ids, n, mode, seed, gamma):
-    settings = MODES[mode]
-    res = speculative_decode(target, draft, ids, n, gamma=gamma, temperature=settings["temperature"],
-                             top_k=settings["top_k"], seed=seed)
+def _specbound(target, draft, ids, n, sampling: SamplingConfig, seed: int, **drafting) -> tuple[list, MethodRun]:
+    res = speculative_decode(target, draft, ids, n, temperature=sampling.temperature, top_k=sampling.top_k,
+                             top_p=sampling.top_p, seed=seed, **drafting)
     m = res.metrics
-    return {"tokens": res.tokens, "seconds": m.total_time, "tokens_per_second": m.tokens_per_second,
-            "tau": m.tau, "target_calls": m.target_calls, "mean_gamma": sum(m.drafted_per_step) / len(m.drafted_per_step),
-            "plain_steps": m.drafted_per_step.count(0), "draft_time": m.draft_time, "target_time": m.target_time,
-            "acceptance_per_position": m.acceptance_per_position[:8]}
+    rounds = max(len(m.drafted_per_step), 1)
+    return res.tokens, MethodRun(m.total_time, m.tokens_per_second, m.tau, m.target_calls,
+                                 drafted_per_round=sum(m.drafted_per_step) / rounds,
+                                 depth_per_round=sum(m.depth_per_step) / rounds, plain_steps=m.plain_steps,
+                                 draft_seconds=m.draft_time, target_seconds=m.target_time)
 
 
-def run_bench(target, draft, prompts, config: BenchConfig, assistant=None, progress=True) -> dict:
-    """Run the interleaved benchmark. ``assistant`` is the draft HF assisted generation uses
-    (default: ``draft``); specbound may use a cheaper (e.g. int8) copy of the same draft."""
-    from rich.progress import Progress
+def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig, seed: int):
+    target = models["target"]
+    if method == "hf-generate":
+        return _hf_generate(target, ids, n, sampling, seed)
+    if method == "hf-assisted-fp32":
+        return _hf_generate(target, ids, n, sampling, seed, models["draft_fp32"])
+    if method == "hf-assisted-int8":
+        return _hf_generate(target, ids, n, sampling, seed, models["draft_int8"])
+    if method == "hf-assisted-int8-heuristic":
+        models["draft_int8"].model.generation_config.num_assistant_tokens_schedule = "heuristic"
+        try:
+            return _hf_generate(target, ids, n, sampling, seed, models["draft_int8"])
+        finally:
+            models["draft_int8"].model.generation_config.num_assistant_tokens_schedule = "constant"
+    if method == "hf-lookup":
+        return _hf_generate(target, ids, n, sampling, seed, prompt_lookup_num_tokens=10)
+    if method == "specbound-chain":
+        return _specbound(target, models["draft_int8"], ids, n, sampling, seed, gamma="auto")
+    if method == "specbound-tree":
+        return _specbound(target, models["draft_int8"], ids, n, sampling, seed, tree="auto")
+    raise ValueError(method)
 
+
+def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: bool = True) -> BenchResult:
+    """Interleave every method on every (prompt, mode); journaled per (prompt, mode)."""
     from ..assets.prompts import format_prompt
+    from .report import progress_bar
 
-    assistant = assistant or draft
+    target = models["target"]
+    methods = list(config.methods)
     rows = []
-    total = len(prompts) * len(config.modes) * len(METHODS)
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("bench", total=total)
-        # warm-up: page in weights, calibrate specbound's cost model once (cached afterwards)
+    with progress_bar(progress) as bar:
+        task = bar.add_task("bench", total=len(prompts) * len(config.modes) * len(methods))
         warm = target.tokenizer("def f(x):\n", return_tensors="pt").input_ids
-        speculative_decode(target, draft, warm, 8, gamma=config.gamma, temperature=0.0)
-        _hf_generate(target, warm, 4, "greedy", 0, assistant)
-        _hf_generate(target, warm, 4, "greedy", 0)
+        for method in methods:                      # page weights in; calibrate/cached costs once
+            run_method(method, models, warm, 4, MODES["greedy"], 0)
         for i, prompt in enumerate(prompts):
             ids = target.tokenizer(format_prompt(target.tokenizer, prompt), return_tensors="pt").input_ids
             for mode in config.modes:
-                order = METHODS[i % 3:] + METHODS[:i % 3]
-                results = {}
-                for method in order:
-                    bar.update(task, description=f"{prompt.id} {mode} {method}")
-                    if method == "hf-generate":
-                        results[method] = _hf_generate(target, ids, config.max_new_tokens, mode, config.seed + i)
-                    elif method == "hf-assisted":
-                        results[method] = _hf_generate(target, ids, config.max_new_tokens, mode, config.seed + i,
-                                                       assistant)
-                    else:
-                        results[method] = _specbound(target, draft, ids, config.max_new_tokens, mode,
-                                                     config.seed + i, config.gamma)
-                    bar.advance(task)
-                row = {"prompt": prompt.id, "kind": prompt.kind, "mode": mode, "prompt_tokens": ids.shape[1],
-                       "order": list(order)}
-                for method, r in results.items():
-                    row[method] = {k: v for k, v in r.items() if k != "tokens"}
-                sb = results["specbound"]["tokens_per_second"]
-                row["speedup_vs_generate"] = sb / results["hf-generate"]["tokens_per_second"]
-                row["speedup_vs_assisted"] = sb / results["hf-assisted"]["tokens_per_second"]
-                if mode == "greedy":
-                    row["identical_to_generate"] = results["specbound"]["tokens"] == results["hf-generate"]["tokens"]
-                    row["assisted_identical_to_generate"] = (results["hf-assisted"]["tokens"]
-                                                             == results["hf-generate"]["tokens"])
-                rows.append(row)
-    return {"config": asdict(config), "machine": _machine(), "target": target.name, "draft": draft.name,
-            "assistant": assistant.name, "target_backend": target.info.kernels,
-            "draft_backend": draft.info.kernels,
-            "assistant_backend": assistant.info.kernels,
-            "rows": rows, "summary": summarise(rows)}
+                shift = i % len(methods)
+                order = methods[shift:] + methods[:shift]
+
+                def measure(order=order, ids=ids, mode=mode, i=i, prompt=prompt) -> BenchRow:
+                    row = BenchRow(prompt.id, mode, int(ids.shape[1]), list(order))
+                    tokens = {}
+                    for method in order:
+                        bar.update(task, description=f"{prompt.id} {mode} {method}")
+                        tokens[method], row.runs[method] = run_method(method, models, ids, config.max_new_tokens,
+                                                                      MODES[mode], config.seed + i)
+                        bar.advance(task)
+                    if mode == "greedy" and "hf-generate" in tokens:
+                        for method, toks in tokens.items():
+                            row.runs[method].identical = toks == tokens["hf-generate"]
+                    return row
+
+                rows.append(journal.unit(f"{prompt.id}|{mode}", BenchRow, measure))
+    return BenchResult(config, machine(), {k: f"{m.name} ({m.info.kernels})" for k, m in models.items()}, rows,
+                       summarise(rows))
 
 
-def _machine() -> dict:
-    return {"platform": platform.platform(), "processor": platform.processor(), "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
+def machine() -> dict:
+    return {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "processor": platform.processor() or platform.machine()}
 
 
-def summarise(rows) -> dict:
+def summarise(rows: list[BenchRow]) -> dict:
+    """Per mode: per method the median tok/s and τ; per specbound method the median and minimum of
+    the per-prompt ratios to hf-generate and to the best HF assisted-int8 configuration."""
     out = {}
-    for mode in sorted({r["mode"] for r in rows}):
-        sel = [r for r in rows if r["mode"] == mode]
-        entry = {"prompts": len(sel)}
-        for method in METHODS:
-            entry[f"{method}_tokens_per_second_median"] = statistics.median(r[method]["tokens_per_second"] for r in sel)
-        for ratio in ("speedup_vs_generate", "speedup_vs_assisted"):
-            values = [r[ratio] for r in sel]
-            entry[ratio] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
-        entry["tau_median"] = statistics.median(r["specbound"]["tau"] for r in sel)
-        entry["assisted_tau_median"] = statistics.median(r["hf-assisted"]["tau"] for r in sel)
-        if mode == "greedy":
-            entry["identical_to_generate"] = sum(r["identical_to_generate"] for r in sel)
-        out[mode] = entry
+    for mode in sorted({r.mode for r in rows}):
+        mine = [r for r in rows if r.mode == mode]
+        methods = [m for m in BENCH_METHODS if any(m in r.runs for r in mine)]
+        per = {}
+        for m in methods:
+            runs = [r.runs[m] for r in mine if m in r.runs]
+            per[m] = {"median_tokens_per_second": statistics.median(x.tokens_per_second for x in runs),
+                      "median_tau": statistics.median(x.tau for x in runs),
+                      "identical": sum(bool(x.identical) for x in runs) if mode == "greedy" else None,
+                      "prompts": len(runs)}
+        best_assisted = max((m for m in ASSISTED_INT8 if m in per), default=None,
+                            key=lambda m: per[m]["median_tokens_per_second"])
+        for m in ("specbound-chain", "specbound-tree"):
+            if m not in per:
+                continue
+            for ref, key in (("hf-generate", "vs_generate"), (best_assisted, "vs_assisted_int8")):
+                if ref is None or ref not in per:
+                    continue
+                ratios = [r.runs[m].tokens_per_second / r.runs[ref].tokens_per_second
+                          for r in mine if m in r.runs and ref in r.runs]
+                per[m][key] = {"median": statistics.median(ratios), "min": min(ratios), "reference": ref}
+        out[mode] = {"methods": per, "best_assisted_int8": best_assisted}
     return out
-
-
-def markdown_table(report: dict) -> str:
-    lines = [f"target `{report['target']}` ({report['target_backend']}), specbound draft `{report['draft']}` "
-             f"({report['draft_backend']}), HF assistant ({report['assistant_backend']}); "
-             f"{report['config']['max_new_tokens']} new tokens; torch threads {report['machine']['threads']}", "",
-             "| prompt | mode | HF generate tok/s | HF assisted tok/s | specbound tok/s | vs generate | vs assisted "
-             "| τ assisted | τ specbound | mean γ | greedy identical |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        ident = {True: "yes", False: "NO"}.get(r.get("identical_to_generate"), "-")
-        lines.append(f"| {r['prompt']} | {r['mode']} | {r['hf-generate']['tokens_per_second']:.2f} | "
-                     f"{r['hf-assisted']['tokens_per_second']:.2f} | {r['specbound']['tokens_per_second']:.2f} | "
-                     f"{r['speedup_vs_generate']:.2f}× | {r['speedup_vs_assisted']:.2f}× | "
-                     f"{r['hf-assisted']['tau']:.2f} | {r['specbound']['tau']:.2f} | {r['specbound']['mean_gamma']:.2f} | {ident} |")
-    lines.append("")
-    for mode, s in report["summary"].items():
-        lines.append(f"**{mode}** (median over {s['prompts']} prompts): specbound "
-                     f"{s['speedup_vs_generate']['median']:.2f}× HF generate (min {s['speedup_vs_generate']['min']:.2f}×), "
-                     f"{s['speedup_vs_assisted']['median']:.2f}× HF assisted (min {s['speedup_vs_assisted']['min']:.2f}×), "
-                     f"τ {s['tau_median']:.2f} (HF assisted {s['assisted_tau_median']:.2f})"
-                     + (f", greedy outputs identical on {s['identical_to_generate']}/{s['prompts']}" if mode == "greedy" else ""))
-    return "\n".join(lines) + "\n"
-
-
-def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    json_path, md_path = out_dir / f"bench-{stamp}.json", out_dir / f"bench-{stamp}.md"
-    json_path.write_text(json.dumps(report, indent=2))
-    md_path.write_text(markdown_table(report))
-    return json_path, md_path

@@ -1,0 +1,91 @@
+"""`specbound bench`: speed against the strongest peers (held-out prompts), or --verify-cost."""
+from __future__ import annotations
+
+import sys
+
+from ...errors import SpecboundError
+from . import at_least
+
+DEFAULT_OUT = "runs/bench"
+
+
+def add_arguments(p) -> None:
+    from ..bench import BENCH_METHODS, MODES
+
+    p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
+    p.add_argument("--draft", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B)")
+    p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k")
+    p.add_argument("--offset", type=int, default=10,
+                   help="first prompt (default 10: skip the prompts used while developing, HumanEval/0-4)")
+    p.add_argument("--n-prompts", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--modes", default="greedy", help=f"comma list of {', '.join(MODES)} (sampled: T=1, top-k 50)")
+    p.add_argument("--methods", default=",".join(BENCH_METHODS), help="comma list of " + ", ".join(BENCH_METHODS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON and markdown reports")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out (same options)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--verify-cost", action="store_true",
+                   help="instead: t(k)/t(1) of the target for k = 1..64, eager vs prepacked, with repeats and spread")
+    p.add_argument("--repeats", type=int, default=5, help="repeats per k for --verify-cost (median and spread)")
+
+
+def run(args) -> int:
+    from ...assets.prompts import load_prompts
+    from ...runtime import configure_threads
+    from ..bench import BENCH_METHODS, MODES, BenchConfig
+    from ..report import check_output_dir
+
+    at_least(args, 1, "n_prompts", "max_new_tokens", "repeats")
+    at_least(args, 0, "offset", "threads")
+    modes = tuple(m for m in args.modes.split(",") if m)
+    methods = tuple(m for m in args.methods.split(",") if m)
+    for name, given, valid in (("--modes", modes, MODES), ("--methods", methods, BENCH_METHODS)):
+        bad = [x for x in given if x not in valid]
+        if bad or not given:
+            raise SpecboundError(f"{name}: unknown {bad or 'empty list'}; choose from {', '.join(valid)}")
+    out = check_output_dir(args.out)
+    prompts = None if args.verify_cost else load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
+    configure_threads(args.threads)
+    if args.verify_cost:
+        return _verify_cost(args, out)
+    config = BenchConfig(args.prompt_set, args.offset, len(prompts), args.max_new_tokens, modes, methods, args.seed)
+    return _bench(args, config, prompts, out)
+
+
+def _verify_cost(args, out) -> int:
+    from ..verify_cost import markdown, run_verify_cost
+
+    report = run_verify_cost(args.target, repeats=args.repeats, out_dir=out)
+    print(markdown(report))
+    print(f"wrote {report['json_path']}", file=sys.stderr)
+    return 0
+
+
+def _bench(args, config, prompts, out) -> int:
+    from rich.console import Console
+
+    from ...models.loading import load_model, load_pair
+    from ..bench import run_bench
+    from ..bench_report import bench_markdown
+    from ..journal import PARTIAL_NAME, PartialResults
+    from ..report import to_jsonable, write_json, write_text
+
+    console = Console(stderr=True)
+    with console.status("loading models…"):
+        target, draft_fp32 = load_pair(args.target, args.draft)
+        draft_int8 = load_model(args.draft or draft_fp32.name, progress=False, prepack=False, int8=True)
+    models = {"target": target, "draft_fp32": draft_fp32, "draft_int8": draft_int8}
+    journal = PartialResults(out / PARTIAL_NAME, {"bench": to_jsonable(config), "target": target.name,
+                                                  "draft": draft_fp32.name}, resume=args.resume)
+    result = run_bench(models, prompts, config, journal, progress=not args.no_progress)
+    command = "specbound bench " + " ".join(sys.argv[2:])
+    stem = f"bench-{config.prompt_set}-{'-'.join(config.modes)}"
+    write_json(to_jsonable(result), out / f"{stem}.json")
+    text = bench_markdown(result, command)
+    write_text(out / f"{stem}.md", text)
+    journal.discard()
+    print(text)
+    print(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}", file=sys.stderr)
+    return 0
