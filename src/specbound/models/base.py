@@ -27,7 +27,7 @@ import torch
 
 from ..errors import SpecboundError
 
-__all__ = ["CacheTree", "LanguageModel", "ModelInfo", "as_token_batch"]
+__all__ = ["CacheTree", "LanguageModel", "ModelInfo", "SlotCacheModel", "as_token_batch"]
 
 
 @dataclass(frozen=True)
@@ -224,6 +224,20 @@ class LanguageModel(ABC):
     @property
     def supports_trees(self) -> bool:
         return type(self).forward_tree is not LanguageModel.forward_tree
+
+
+class SlotCacheModel(LanguageModel):
+    """A backend whose cache bookkeeping is a :class:`CacheTree` in ``self.slots``."""
+
+    slots: CacheTree
+
+    @property
+    def cache_length(self) -> int:
+        return self.slots.length
+
+    @property
+    def committed_length(self) -> int:
+        return self.slots.chain
 
 
 def as_token_batch(tokens, vocab_size: int | None = None, name: str = "prompt") -> torch.Tensor:

@@ -11,12 +11,12 @@ import torch
 
 from ..errors import SpecboundError
 from ..theory.chains import MarkovChain
-from .base import CacheTree, LanguageModel, ModelInfo
+from .base import CacheTree, ModelInfo, SlotCacheModel
 
 __all__ = ["ChainModel"]
 
 
-class ChainModel(LanguageModel):
+class ChainModel(SlotCacheModel):
     def __init__(self, chain: MarkovChain, name: str = "chain"):
         if not isinstance(chain, MarkovChain):
             raise SpecboundError("ChainModel needs a specbound.theory.MarkovChain")
@@ -31,14 +31,6 @@ class ChainModel(LanguageModel):
 
     def reset(self) -> None:
         self.slots.reset()
-
-    @property
-    def cache_length(self) -> int:
-        return self.slots.length
-
-    @property
-    def committed_length(self) -> int:
-        return self.slots.chain
 
     def crop(self, length: int) -> None:
         self.slots.crop(length)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SpecboundError
-from .base import CacheTree, LanguageModel, ModelInfo
+from .base import CacheTree, ModelInfo, SlotCacheModel
 
 __all__ = ["HFModel"]
 
@@ -32,7 +32,7 @@ def _max_positions(config) -> int | None:
     return None
 
 
-class HFModel(LanguageModel):
+class HFModel(SlotCacheModel):
     """Wrap a causal LM (eval mode, inference only). ``tokenizer`` is optional, for text I/O."""
 
     def __init__(self, model, tokenizer=None, name: str | None = None, info: ModelInfo | None = None):
@@ -54,14 +54,6 @@ class HFModel(LanguageModel):
 
         self.cache = DynamicCache(config=self.model.config)
         self.slots = CacheTree(self.name)
-
-    @property
-    def cache_length(self) -> int:
-        return self.slots.length
-
-    @property
-    def committed_length(self) -> int:
-        return self.slots.chain
 
     def _cache_tensors(self):
         for layer in self.cache.layers:

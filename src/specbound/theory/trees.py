@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import SpecboundError, positive_int
+from ..errors import SpecboundError, int_at_least, positive_int
 
 __all__ = [
     "DraftTree",
@@ -386,19 +386,10 @@ def _search_trees(vocab: int, size: int, max_depth: int, weight, visit) -> None:
 
 
 def _check_size(size, max_depth):
-    try:
-        size = operator.index(size)
-    except TypeError:
-        raise SpecboundError(f"size must be an integer >= 0, got {size!r}") from None
-    if size < 0:
-        raise SpecboundError(f"size must be >= 0, got {size}")
+    size = int_at_least(size, 0, "size")
     if max_depth is None:
         return size, size
-    try:
-        max_depth = operator.index(max_depth)
-    except TypeError:
-        raise SpecboundError(f"max_depth must be an integer or None, got {max_depth!r}") from None
-    return size, max_depth
+    return size, int_at_least(max_depth, 0, "max_depth (or None)")
 
 
 def enumerate_prefix_closed_trees(vocab: int, size: int, max_depth: int | None = None) -> Iterator[tuple[Path, ...]]:
