@@ -119,7 +119,7 @@ class RawDraftProbsDrafter(ChainDrafter):
     of the draft's logits as the law for the acceptance ratio min(1, target/draft)."""
 
     def propose(self, committed, max_depth, generator):
-        k = self.draft_length(max_depth)
+        k = min(self.gamma or max_depth, max_depth)
         logits = self.cache.start(committed)
         tokens, raw = [], []
         for i in range(k):
