@@ -196,12 +196,23 @@ class _OnlineCurve:
         self.obs: dict[int, deque] = {}
         self.window = window
         self.ratios: deque = deque(maxlen=16)     # observed / prior, recent
+        self._seen = None
 
     def observe(self, k: int, seconds: float) -> None:
         if not (seconds > 0 and math.isfinite(seconds)) or k < 1:
             return
         self.obs.setdefault(k, deque(maxlen=self.window)).append(seconds)
         self.ratios.append(seconds / float(self.prior(k)))
+        self._seen = None
+
+    def _seen_curve(self) -> tuple[list[int], list[float]]:
+        """Seen ks and their medians, made non-decreasing in k (a pass never gets cheaper with k)."""
+        if getattr(self, "_seen", None) is None:
+            seen = sorted((kk, float(np.median(v))) for kk, v in self.obs.items() if v)
+            ks = [kk for kk, _ in seen]
+            ts = list(np.minimum.accumulate([t for _, t in seen][::-1])[::-1]) if seen else []
+            self._seen = (ks, ts)
+        return self._seen
 
     def __call__(self, k: int) -> float:
         """The run's own median where it has seen k; between seen points linear interpolation of
@@ -209,11 +220,9 @@ class _OnlineCurve:
         run's level); above them, the lower of that and the run's own last slope — optimistic where
         unseen, so drafting goes there, measures, and corrects itself. With nothing seen: the prior."""
         k = int(k)
-        seen = sorted((kk, float(np.median(v))) for kk, v in self.obs.items() if v)
-        if not seen:
+        ks, ts = self._seen_curve()
+        if not ks:
             return float(self.prior(k))
-        ks = [kk for kk, _ in seen]
-        ts = list(np.minimum.accumulate([t for _, t in seen][::-1])[::-1])   # a pass never gets cheaper with k
         if k < ks[0]:
             return ts[0] * float(self.prior(k)) / float(self.prior(ks[0]))
         if k > ks[-1]:

@@ -14,7 +14,7 @@ import torch
 
 from ..errors import SpecboundError
 
-__all__ = ["SamplingConfig", "check_logits", "logits_to_probs", "sample_from"]
+__all__ = ["SamplingConfig", "check_logits", "logits_to_probs", "sample_from", "token_probability"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ class SamplingConfig:
 
 
 def check_logits(logits: torch.Tensor, who: str = "model") -> None:
-    """Raise a clear error on NaN, +inf, or rows with no finite logit."""
+    """Raise a clear error on NaN, +inf, or rows with no finite logit (one pass when all are finite)."""
+    if bool(torch.isfinite(logits).all()):
+        return
     if torch.isnan(logits).any():
         raise SpecboundError(f"{who} returned NaN logits")
     if torch.isposinf(logits).any():
@@ -85,3 +87,14 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> torch
     """One token per row of ``probs`` [..., V] → LongTensor [...]."""
     flat = probs.reshape(-1, probs.shape[-1])
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def token_probability(logits: torch.Tensor, token: int, config: SamplingConfig) -> float:
+    """The probability of ``token`` under the processed law of one row of ``logits`` (no full law
+    materialised when there is no top-k/top-p: exp(logit/T − logsumexp(logits/T)))."""
+    if config.greedy:
+        raise SpecboundError("token_probability needs a temperature > 0 law")
+    if config.top_k is None and (config.top_p is None or config.top_p >= 1):
+        scaled = logits.float() / config.temperature
+        return float(torch.exp(scaled[token] - torch.logsumexp(scaled, dim=-1)))
+    return float(logits_to_probs(logits, config)[token])

@@ -131,6 +131,9 @@ __all__ += [
     "uno_bias",
 ]
 
-from .speedup import CostProfile, best_gamma, expected_speedup, expected_tokens_per_step  # noqa: E402
+from .speedup import (  # noqa: E402
+    CostProfile, best_gamma, expected_speedup, expected_tokens_per_step, round_speedup, speed_of_light_speedup,
+)
 
-__all__ += ["CostProfile", "best_gamma", "expected_speedup", "expected_tokens_per_step"]
+__all__ += ["CostProfile", "best_gamma", "expected_speedup", "expected_tokens_per_step", "round_speedup",
+            "speed_of_light_speedup"]

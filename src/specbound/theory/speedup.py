@@ -16,9 +16,11 @@ from ..errors import SpecboundError
 
 __all__ = [
     "CostProfile",
-    "expected_tokens_per_step",
-    "expected_speedup",
     "best_gamma",
+    "expected_speedup",
+    "expected_tokens_per_step",
+    "round_speedup",
+    "speed_of_light_speedup",
 ]
 
 
@@ -112,3 +114,30 @@ def best_gamma(alpha, draft_cost: float, verify_cost: CostProfile, max_gamma: in
     if g > 0 and gains[g] < min_gain:
         return 0, gains[0]
     return g, gains[g]
+
+
+def round_speedup(expected_accepted, draft_seconds, verify_cost: CostProfile, verified_tokens) -> np.ndarray:
+    """Speed-up of rounds that yield 1 + E[X] tokens for ``draft_seconds`` of drafting plus one target
+    pass over ``verified_tokens`` tokens, against plain decoding at t(1) per token:
+
+        speed-up = (1 + E[X]) · t(1) / (draft seconds + t(verified tokens)).
+
+    E[X] is the tree value Σ_{v∈T} p_target(v) of the drafted tree (Pankratov & Alistarh 2026, §2;
+    for a chain with positional acceptance α, Σ_i Π_{j≤i} α_j, Leviathan et al. 2023). With free
+    drafting and t(k) = t(1) (Yin et al. 2024, Assumption 1) it is 1 + E[X]. Broadcasts over arrays.
+    """
+    x = np.asarray(expected_accepted, dtype=np.float64)
+    d = np.asarray(draft_seconds, dtype=np.float64)
+    if np.any(x < 0) or np.any(d < 0):
+        raise SpecboundError("expected accepted tokens and draft seconds must be >= 0")
+    return (1.0 + x) * float(verify_cost(1)) / (d + verify_cost(np.asarray(verified_tokens)))
+
+
+def speed_of_light_speedup(expected_accepted_by_capacity: dict[int, float], verify_cost: CostProfile) -> tuple[int, float]:
+    """The best capacity P and its speed-up with free drafting: max_P (1 + E[X](P))·t(1)/t(P + 1), with
+    E[X](P) the optimal tree's value E[X | T*(P)] (or an upper bound on it) and the measured t(k)."""
+    if not expected_accepted_by_capacity:
+        raise SpecboundError("speed_of_light_speedup needs at least one capacity")
+    best = max(expected_accepted_by_capacity,
+               key=lambda P: float(round_speedup(expected_accepted_by_capacity[P], 0.0, verify_cost, P + 1)))
+    return int(best), float(round_speedup(expected_accepted_by_capacity[best], 0.0, verify_cost, best + 1))

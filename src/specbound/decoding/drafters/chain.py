@@ -18,7 +18,7 @@ from ...errors import SpecboundError
 from ...models.base import LanguageModel
 from ..costs import CostModel, load_or_measure_costs
 from ..policy import DraftBudget
-from ..sampling import SamplingConfig, logits_to_probs, sample_from
+from ..sampling import SamplingConfig, logits_to_probs, sample_from, token_probability
 from ..tree import DraftTree
 from .base import DraftCache, Drafter, RoundFeedback
 
@@ -80,7 +80,7 @@ class ChainDrafter(Drafter):
             laws.append(probs)
             if self.budget is not None:
                 q = float(probs[token]) if not self.sampling.greedy else \
-                    float(logits_to_probs(logits, self.confidence, self.model.name)[token])
+                    token_probability(logits, token, self.confidence)
                 c = float(self.budget.calibration(q))
                 conf.append(q)
                 values.append((values[-1] if values else 1.0) * c)

@@ -136,7 +136,7 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
             if self.width is not None:
                 level = level[:self.width]
             if b is not None:
-                level = level[:self._expansion_width(level, value, order, t0)]
+                level = level[:self._expansion_width(level, value, order, par, conf, t0)]
             if not level:
                 break
             rows = self.cache.read(level, [tok[i] for i in level], [par[i] for i in level])
@@ -154,20 +154,42 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
         return DraftTree([tok[i] for i in chosen], [index[par[i]] if par[i] >= 0 else -1 for i in chosen],
                          draft_calls=self.cache.calls)
 
-    def _expansion_width(self, level: list[int], value: list[float], order: list[int], t0: float) -> int:
-        """How many of this level's best nodes to expand: the largest w whose expected gain (each
-        expanded node's value times the learned continuation) pays for reading w nodes."""
+    def _expansion_width(self, level: list[int], value: list[float], order: list[int], parents: list[int],
+                         conf: list[float], t0: float) -> int:
+        """How many of this level's best nodes to read (expand) in the next draft call.
+
+        The best node of the level continues exactly as the chain drafter would continue its chain
+        (same rule, same state: its path's values, the calibrated acceptance of its own token
+        persisting over the next ``lookahead`` levels, one draft read per level), so the tree is never
+        shallower than the chain. Each further node of the level is then added while its expected
+        subtree pays for the wider read and the larger target pass."""
         b = self.budget
-        current = sum(value[i] for i in order)
+        if not level:
+            return 0
+        best = level[0]
+        path = []
+        node = best
+        while node >= 0:
+            path.append(value[node])
+            node = parents[node]
+        steps = b.lookahead
+        r = float(b.calibration(conf[best]))
         spent = time.perf_counter() - t0
-        best_w, best_rate = 0, b.throughput(current, spent, 1 + len(order))
-        gain = 0.0
-        for w, node in enumerate(level, start=1):
-            gain += value[node] * b.continuation
-            rate = b.throughput(current + gain, spent + b.costs.draft(w), 1 + len(order) + w)
-            if rate > best_rate:
-                best_w, best_rate = w, rate
-        return best_w
+        if not b.worth_extending(sum(path), len(path), spent, 1, [value[best] * r ** j for j in range(1, steps + 1)],
+                                 [b.costs.draft(1)] * steps):
+            return 0
+        current, n = sum(value[i] for i in order), len(order)
+        future = sum(b.continuation ** j for j in range(1, steps + 1))
+        width, gain = 1, value[best] * future
+        for node in level[1:]:
+            extra = value[node] * future
+            wider = b.throughput(current + gain + extra, spent + steps * b.costs.draft(width + 1),
+                                 1 + n + (width + 1) * steps)
+            narrow = b.throughput(current + gain, spent + steps * b.costs.draft(width), 1 + n + width * steps)
+            if wider <= narrow:
+                break
+            width, gain = width + 1, gain + extra
+        return width
 
     def observe(self, feedback: RoundFeedback) -> None:
         super().observe(feedback)

@@ -1,0 +1,277 @@
+"""`specbound advise`: how much speculation can give THIS pair on THIS engine and machine, and which
+settings get closest — predicted from measurements, then checked against measured runs.
+
+Ingredients (all measured here, through the engine; formulas from :mod:`specbound.theory`):
+
+* the engine's cost curve t(k) of the target and d(k) of the draft, k = 1…64, median of repeats
+  with spread (:func:`specbound.decoding.costs.measure_costs`);
+* per-position acceptance of a drafted chain (greedy and T = 1): E[tokens per round] of a chain of
+  length γ is 1 + Σ_i Π_{j≤i} α_j (Leviathan et al. 2023; the tree value of a chain);
+* the exact tree value E[X | T_dyn(P)] = Σ_{v∈T} p_target(v) of the dynamic draft tree at sampled
+  positions, for every capacity P (Pankratov & Alistarh 2026, §2), and its level widths (the
+  drafter reads one level per draft call);
+* the optimal tree value E[X | T*(P)] (the target drafting for itself: speed of light of any
+  deterministic drafter, §1–§2) and the bound from the target's entropy moments μ, μ₂ (§3);
+
+combined by :func:`specbound.theory.round_speedup`: speed-up = (1 + E[X]) · t(1) / (draft seconds +
+t(tokens verified)). The recommendation is the best predicted setting, or plainly "speculation will
+not pay here". :func:`measure_settings` then runs several settings on held-out prompts and reports
+measured / predicted.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .decoding import DynamicTreeDrafter, SamplingConfig, autoregressive_decode, make_generator, speculative_decode
+from .decoding.costs import CostMeasurement, measure_costs
+from .errors import SpecboundError
+from .theory.bounds import speed_of_light as bound_on_accepted
+from .theory.speedup import CostProfile, expected_tokens_per_step, round_speedup
+
+__all__ = ["AdviseConfig", "Advice", "ModeAdvice", "Setting", "advise", "measure_settings", "recommendation"]
+
+MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0)}
+CAPACITIES = (1, 2, 4, 8, 16, 32, 64)
+GAMMAS = tuple(range(1, 17))
+PAYS = 1.05      # below this predicted speed-up, speculation is not worth its complexity
+
+
+@dataclass
+class AdviseConfig:
+    engine: str = "torch"
+    prompt_set: str = "humaneval"
+    offset: int = 20               # calibration prompts (measured settings use the next ones)
+    n_prompts: int = 4
+    tokens: int = 48               # generated tokens per calibration prompt
+    positions: int = 24            # positions for exact tree values and the oracle
+    chain_gamma: int = 12          # chain length of the acceptance run
+    repeats: int = 3               # cost-curve repeats
+    modes: tuple[str, ...] = ("greedy", "sampled")
+    seed: int = 0
+
+
+@dataclass
+class Setting:
+    """One predicted (and possibly measured) setting: a chain of γ, or a dynamic tree of capacity P."""
+
+    kind: str                      # "chain" | "tree"
+    size: int
+    expected_tokens: float         # 1 + E[X] per round
+    draft_seconds: float
+    verified_tokens: int
+    predicted: float               # predicted speed-up over plain decoding
+    measured: float | None = None
+
+
+@dataclass
+class ModeAdvice:
+    mode: str
+    acceptance: list[float]                        # α_i, chain positions
+    chain: dict[int, Setting]
+    tree: dict[int, Setting]
+    oracle: dict[int, float] = field(default_factory=dict)          # E[X | T*(P)]
+    bound: dict[int, float] = field(default_factory=dict)           # renewal bound on E[X](P)
+    speed_of_light: dict[int, float] = field(default_factory=dict)  # speed-up of T*(P), free drafting
+    bound_speedup: dict[int, float] = field(default_factory=dict)
+    best: Setting | None = None
+
+    @property
+    def pays(self) -> bool:
+        return self.best is not None and self.best.predicted >= PAYS
+
+
+@dataclass
+class Advice:
+    config: AdviseConfig
+    models: dict
+    costs: dict                     # ks, target_ms, target_spread, draft_ms, draft_spread
+    mu: float
+    mu2: float
+    modes: dict[str, ModeAdvice]
+    seconds: float = 0.0
+    measured_prompts: list[str] = field(default_factory=list)
+
+    def cost_profiles(self) -> tuple[CostProfile, CostProfile]:
+        ks = tuple(self.costs["ks"])
+        return (CostProfile(ks, tuple(s / 1e3 for s in self.costs["target_ms"])),
+                CostProfile(ks, tuple(s / 1e3 for s in self.costs["draft_ms"])))
+
+
+# ----------------------------------------------------------------------------------------------- measure
+def _pooled_acceptance(target, draft, prompts, tokens, gamma, sampling, seed) -> list[float]:
+    """α_i = P(position i accepted | positions < i accepted), pooled over prompts, fixed γ."""
+    reached, accepted = np.zeros(gamma), np.zeros(gamma)
+    for k, ids in enumerate(prompts):
+        m = speculative_decode(target, draft, ids, tokens, gamma=gamma, temperature=sampling.temperature,
+                               top_k=sampling.top_k, top_p=sampling.top_p, seed=seed + k).metrics
+        n = min(gamma, len(m.position_reached))
+        reached[:n] += m.position_reached[:n]
+        accepted[:n] += m.position_accepted[:n]
+    alpha = np.where(reached > 0, accepted / np.maximum(reached, 1), np.nan)
+    last = 0.0
+    out = []
+    for a in alpha:                                      # unseen deep positions reuse the last seen rate
+        last = last if math.isnan(a) else float(a)
+        out.append(last)
+    return out
+
+
+def _dynamic_tree_values(target, draft, contexts, capacities, sampling, seed):
+    """Mean exact E[X | T_dyn(P)] and mean level widths of the dynamic tree for every P, at ``contexts``."""
+    from .experiments.llm import PromptContext, tree_laws
+
+    pmax = max(capacities)
+    values = np.zeros((len(contexts), len(capacities)))
+    widths = [np.zeros(pmax + 1) for _ in capacities]     # nodes per depth of T(P)
+    t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
+    rank = SamplingConfig(1.0, sampling.top_k, sampling.top_p) if sampling.greedy else sampling
+    for c, context in enumerate(contexts):
+        t_ctx.set(context)
+        d_ctx.set(context)
+        drafter = DynamicTreeDrafter(draft, rank, pmax)
+        try:
+            tree = drafter.propose(context, pmax, make_generator(seed + c))
+        finally:
+            drafter.cache.restore()
+        tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
+        laws = tree_laws(target, context, tokens, parents, sampling)
+        probs: list[float] = []
+        for tok, parent in zip(tokens, parents):
+            probs.append((1.0 if parent < 0 else probs[parent]) * float(laws[parent + 1][tok]))
+        order = sorted(range(len(tokens)), key=lambda i: (-drafter.last_scores[i], depths[i], i))   # best-first
+        running = np.cumsum([probs[i] for i in order]) if order else np.zeros(0)
+        for j, P in enumerate(capacities):
+            n = min(P, len(order))
+            values[c, j] = running[n - 1] if n else 0.0
+            for i in order[:n]:
+                widths[j][depths[i]] += 1
+    target.reset()
+    draft.reset()
+    return values.mean(axis=0), [w / max(len(contexts), 1) for w in widths]
+
+
+def _tree_draft_seconds(widths: np.ndarray, draft_cost: CostProfile) -> float:
+    """One draft read for the root, then one per depth over the nodes of that depth that have children
+    (the level-batched drafter reads depth d to expand it; the deepest level is not read)."""
+    levels = [w for w in widths[1:] if w > 0]
+    return float(draft_cost(1)) + sum(float(draft_cost(max(1, round(w)))) for w in levels[:-1])
+
+
+def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, progress=None) -> Advice:
+    """Measure everything and predict every setting (see the module docstring)."""
+    from .experiments.moments import measure_moments
+    from .experiments.oracle import choose_positions, oracle_values
+
+    t0 = time.perf_counter()
+    costs: CostMeasurement = measure_costs(target, draft, repeats=config.repeats)
+    verify_cost, draft_cost = costs.target, costs.draft
+    moments = measure_moments(target, prompt_ids, config.tokens, 1.0, seed=config.seed, progress=progress)
+    positions = choose_positions(moments.samples, config.positions)
+    contexts = [list(moments.samples[i].prompt) + list(moments.samples[i].tokens[:j]) for i, j in positions]
+    mu, mu2 = moments.estimate.mu, moments.estimate.mu2
+    modes = {}
+    for mode in config.modes:
+        sampling = MODES[mode]
+        alpha = _pooled_acceptance(target, draft, prompt_ids, config.tokens, config.chain_gamma, sampling, config.seed)
+        chain = {}
+        for g in GAMMAS:
+            tau = expected_tokens_per_step(alpha, g)
+            seconds = float(draft_cost(1)) * g
+            chain[g] = Setting("chain", g, tau, seconds, g + 1,
+                               float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
+        values, widths = _dynamic_tree_values(target, draft, contexts, CAPACITIES, sampling, config.seed)
+        tree = {}
+        for j, P in enumerate(CAPACITIES):
+            seconds = _tree_draft_seconds(widths[j], draft_cost)
+            tree[P] = Setting("tree", P, 1.0 + float(values[j]), seconds, P + 1,
+                              float(round_speedup(values[j], seconds, verify_cost, P + 1)))
+        advice = ModeAdvice(mode, alpha, chain, tree)
+        if mode == "greedy":      # a greedy target is a point mass: the optimal tree is its arg-max chain
+            advice.oracle = {P: float(P) for P in CAPACITIES}
+        else:
+            oracle = oracle_values(target, moments.samples, CAPACITIES, len(positions), temperature=1.0,
+                                   progress=progress)
+            means = np.asarray(oracle.rows, dtype=np.float64).mean(axis=0) if oracle.rows else np.zeros(len(CAPACITIES))
+            advice.oracle = {P: float(v) for P, v in zip(CAPACITIES, means)}
+            advice.bound = {P: float(bound_on_accepted(mu, mu2, P, form="renewal")) for P in CAPACITIES}
+            advice.bound_speedup = {P: float(round_speedup(b, 0.0, verify_cost, P + 1)) for P, b in advice.bound.items()}
+        advice.speed_of_light = {P: float(round_speedup(v, 0.0, verify_cost, P + 1)) for P, v in advice.oracle.items()}
+        advice.best = max(list(chain.values()) + list(tree.values()), key=lambda s: s.predicted)
+        modes[mode] = advice
+    return Advice(config, {"target": f"{target.name} ({target.info.kernels})", "draft": f"{draft.name} ({draft.info.kernels})"},
+                  {"ks": list(verify_cost.ks), "target_ms": [1e3 * s for s in verify_cost.seconds],
+                   "target_spread": costs.target_spread, "draft_ms": [1e3 * s for s in draft_cost.seconds],
+                   "draft_spread": costs.draft_spread}, mu, mu2, modes, time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------------------------- check
+def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int, progress=None) -> None:
+    """Run the recommended setting and a few others on held-out prompts; fill ``Setting.measured`` with
+    the measured speed-up over plain decoding (same prompts, same tokens, interleaved per prompt)."""
+    for mode, m in advice.modes.items():
+        sampling = MODES[mode]
+        picks = {("chain", 2), ("chain", 4), ("chain", 8), ("tree", 8), ("tree", 16)}
+        if m.best is not None:
+            picks.add((m.best.kind, m.best.size))
+        ratios: dict[tuple, list[float]] = {p: [] for p in picks}
+        for k, ids in enumerate(prompt_ids):
+            plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=k)
+            base = plain.metrics.tokens_per_second
+            for kind, size in sorted(picks):
+                kwargs = {"gamma": size} if kind == "chain" else {"tree": size}
+                res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=k, **kwargs)
+                ratios[(kind, size)].append(res.metrics.tokens_per_second / base)
+        for (kind, size), values in ratios.items():
+            table = m.chain if kind == "chain" else m.tree
+            table[size].measured = statistics.median(values)
+
+
+def measured_vs_predicted(advice: Advice) -> list[tuple[str, str, float, float, float]]:
+    """(mode, setting, predicted, measured, measured/predicted) for every measured setting."""
+    rows = []
+    for mode, m in advice.modes.items():
+        for s in list(m.chain.values()) + list(m.tree.values()):
+            if s.measured is not None:
+                rows.append((mode, f"{s.kind} {'γ' if s.kind == 'chain' else 'P'}={s.size}", s.predicted, s.measured,
+                             s.measured / s.predicted))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- export
+def recommendation(advice: Advice, target_path: str, draft_path: str, mode: str = "greedy"):
+    """The best setting of ``mode`` as a :class:`specbound.export.Recommendation` for serving engines."""
+    from .export import Recommendation
+
+    m = advice.modes.get(mode) or next(iter(advice.modes.values()))
+    temperature = MODES[m.mode].temperature
+    if not m.pays:
+        return Recommendation(target=target_path, draft=None, method="none", num_speculative_tokens=1,
+                              temperature=temperature,
+                              notes=(f"predicted best speed-up {m.best.predicted:.2f}x < {PAYS}: speculation will not "
+                                     "pay on this engine and machine",))
+    best = m.best
+    note = (f"specbound advise: predicted {best.predicted:.2f}x ({m.mode}); measured "
+            f"{'–' if best.measured is None else f'{best.measured:.2f}x'}",)
+    if best.kind == "chain":
+        return Recommendation(target=target_path, draft=draft_path, method="chain", num_speculative_tokens=best.size,
+                              temperature=temperature, notes=note)
+    depth = max(1, int(round(math.log2(best.size))) + 1)
+    topk = max(1, min(8, int(round(best.size ** (1 / depth)))))
+    while sum(topk ** d for d in range(1, depth + 1)) < best.size:
+        topk += 1
+    return Recommendation(target=target_path, draft=draft_path, method="tree", num_speculative_tokens=depth,
+                          tree_capacity=best.size, tree_topk=topk, temperature=temperature, notes=note)
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ("torch", "llamacpp"):
+        raise SpecboundError(f"--engine must be 'torch' or 'llamacpp', got {engine!r}")
+    return engine
+
+
+__all__ += ["check_engine", "measured_vs_predicted"]
