@@ -196,8 +196,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
         else:
             oracle = oracle_values(target, moments.samples, CAPACITIES, len(positions), temperature=1.0,
                                    progress=progress)
-            means = np.asarray(oracle.rows, dtype=np.float64).mean(axis=0) if oracle.rows else np.zeros(len(CAPACITIES))
-            advice.oracle = {P: float(v) for P, v in zip(CAPACITIES, means)}
+            advice.oracle = {P: float(v) for P, v in zip(CAPACITIES, oracle.mean)}
             advice.bound = {P: float(bound_on_accepted(mu, mu2, P, form="renewal")) for P in CAPACITIES}
             advice.bound_speedup = {P: float(round_speedup(b, 0.0, verify_cost, P + 1)) for P, b in advice.bound.items()}
         advice.speed_of_light = {P: float(round_speedup(v, 0.0, verify_cost, P + 1)) for P, v in advice.oracle.items()}

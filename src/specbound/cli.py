@@ -171,12 +171,16 @@ def _register_real_model_commands(sub) -> None:
 def _register_analysis_commands(sub) -> None:
     """`analyze` and `reproduce yin|pankratov`: thin layers in :mod:`specbound.experiments.cli`, each with
     ``add_arguments(parser)`` and ``run(args) -> int`` (they import the studies only when run)."""
-    from .experiments.cli import analyze, bench, pankratov, yin
+    from .experiments.cli import advise, analyze, bench, pankratov, yin
 
     p = sub.add_parser("bench", help="specbound vs HF generate / assisted (fp32 and the same int8 draft) / prompt "
                                       "lookup, on held-out prompts, interleaved in one process")
     bench.add_arguments(p)
     p.set_defaults(func=bench.run)
+    p = sub.add_parser("advise", help="how much speculation can give a pair on this engine and machine, the "
+                                       "speed of light, the best settings (predicted, then measured), exports")
+    advise.add_arguments(p)
+    p.set_defaults(func=advise.run)
     p = sub.add_parser("analyze", help="measure mu, mu2, oracle E[X*](P), bounds and drafters on real models "
                                         "(Pankratov & Alistarh)")
     analyze.add_arguments(p)

@@ -9,7 +9,7 @@ from ..errors import SpecboundError
 from .fast import prepack_linears, quantize_int8
 from .hf import HFModel
 
-__all__ = ["load_model", "load_pair", "DEFAULT_TARGET", "DEFAULT_DRAFT"]
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "load_engine_pair", "load_model", "load_pair"]
 
 
 def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: bool = False) -> HFModel:
@@ -52,3 +52,19 @@ def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = Tr
             f"tokenizer mismatch: {target_model.name} and {draft_model.name} map tokens to different ids"
         )
     return target_model, draft_model
+
+
+def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True):
+    """Target and draft on ``engine`` — "torch" (oneDNN-prepacked fp32 target, int8 draft) or
+    "llamacpp" (the GGUF files, read directly) — plus the model paths a serving engine would load."""
+    from ..assets.models import resolve_model
+
+    if engine == "torch":
+        target_model, draft_model = load_pair(target, draft, progress, draft_int8=True)
+        return target_model, draft_model, {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False)),
+                                           "draft": str(resolve_model(draft or DEFAULT_DRAFT, progress=False))}
+    if engine == "llamacpp":
+        from .llamacpp import load_gguf_pair
+
+        return load_gguf_pair(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, progress=progress)
+    raise SpecboundError(f"engine must be 'torch' or 'llamacpp', got {engine!r}")

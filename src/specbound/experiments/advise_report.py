@@ -1,0 +1,114 @@
+"""Report of `specbound advise`: tables (markdown → HTML) and the speed-up figure (PNG)."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from ..advise import PAYS, Advice, measured_vs_predicted
+from .report import fmt, markdown_to_html, md_table, save_figure, write_json, write_text
+
+__all__ = ["advise_markdown", "plot_advice", "write_advice"]
+
+
+def _x(v) -> str:
+    return "–" if v is None else f"{v:.2f}×"
+
+
+def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") -> str:
+    c = advice.config
+    lines = [f"# specbound advise — {c.engine} engine", ""]
+    if command:
+        lines += [f"Command: `{command}`", ""]
+    lines += [f"Target {advice.models['target']}, draft {advice.models['draft']}; calibration prompts "
+              f"{c.prompt_set} {c.offset}–{c.offset + c.n_prompts - 1} ({c.tokens} tokens each), "
+              f"{c.positions} positions for tree values; measured in {advice.seconds:.0f} s.", "",
+              "## Cost curve of this engine (median of repeats; spread = (max − min)/median)", "",
+              md_table(["k", "target t(k) ms", "t(k)/t(1)", "spread", "draft d(k) ms", "spread"],
+                       [[str(k), fmt(t, 1), fmt(t / advice.costs['target_ms'][0], 2), f"{ts:.0%}", fmt(d, 1), f"{ds:.0%}"]
+                        for k, t, ts, d, ds in zip(advice.costs["ks"], advice.costs["target_ms"],
+                                                   advice.costs["target_spread"], advice.costs["draft_ms"],
+                                                   advice.costs["draft_spread"])]), "",
+              f"Target entropy moments at T = 1: μ = {advice.mu:.3f} nats, μ₂ = {advice.mu2:.3f} nats².", ""]
+    for mode, m in advice.modes.items():
+        lines += [f"## {mode}", ""]
+        verdict = (f"**Recommended: {m.best.kind} {'γ' if m.best.kind == 'chain' else 'P'} = {m.best.size}, predicted "
+                   f"{m.best.predicted:.2f}× plain decoding.**" if m.pays else
+                   f"**Speculation will not pay here: the best predicted speed-up is {m.best.predicted:.2f}× "
+                   f"(< {PAYS}×). Decode plainly.**")
+        sol = max(m.speed_of_light.items(), key=lambda kv: kv[1]) if m.speed_of_light else None
+        lines += [verdict, ""]
+        if sol:
+            lines += [f"Speed of light with this cost curve (the target drafting its own optimal tree T*(P) for "
+                      f"free): {sol[1]:.2f}× at P = {sol[0]}.", ""]
+        lines += ["Chain (acceptance per position: " + ", ".join(f"{a:.2f}" for a in m.acceptance[:8]) + " …)", "",
+                  md_table(["γ", "E[tokens/round]", "draft s/round", "predicted", "measured"],
+                           [[str(g), fmt(s.expected_tokens, 2), fmt(s.draft_seconds, 3), _x(s.predicted), _x(s.measured)]
+                            for g, s in m.chain.items() if g in (1, 2, 3, 4, 6, 8, 12, 16) or s.measured is not None]),
+                  "", "Dynamic tree (exact E[X | T_dyn(P)] at sampled positions) against the optimal tree and the bound:",
+                  "", md_table(["P", "1 + E[X]", "draft s/round", "predicted", "measured", "1 + E[X*] (oracle)",
+                                "speed of light", "bound speed-up"],
+                               [[str(P), fmt(s.expected_tokens, 2), fmt(s.draft_seconds, 3), _x(s.predicted),
+                                 _x(s.measured), fmt(1 + m.oracle.get(P, float("nan")), 2),
+                                 _x(m.speed_of_light.get(P)), _x(m.bound_speedup.get(P))]
+                                for P, s in m.tree.items()]), ""]
+    rows = measured_vs_predicted(advice)
+    if rows:
+        errors = [abs(r[4] - 1) for r in rows]
+        lines += ["## Predicted vs measured (held-out prompts: " + ", ".join(advice.measured_prompts) + ")", "",
+                  md_table(["mode", "setting", "predicted", "measured", "measured / predicted"],
+                           [[a, b, _x(p), _x(q), fmt(r, 2)] for a, b, p, q, r in rows]), "",
+                  f"Median |measured/predicted − 1| = {statistics.median(errors):.0%} over {len(rows)} settings.", ""]
+    lines += ["## Export for serving engines", ""]
+    for engine, text in exports.items():
+        lines += [f"### {engine}", "", "```", text.rstrip(), "```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def plot_advice(advice: Advice, path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(advice.modes.values())
+    fig, axes = plt.subplots(len(modes), 2, figsize=(11, 3.6 * len(modes)), squeeze=False)
+    for row, m in zip(axes, modes):
+        ax = row[0]
+        g = list(m.chain)
+        ax.plot(g, [m.chain[x].predicted for x in g], "-", label="predicted")
+        meas = [(x, m.chain[x].measured) for x in g if m.chain[x].measured is not None]
+        if meas:
+            ax.plot(*zip(*meas), "o", label="measured")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xlabel("chain length γ")
+        ax.set_ylabel("speed-up over plain decoding")
+        ax.set_title(f"{m.mode}: chain")
+        ax.legend()
+        ax = row[1]
+        P = list(m.tree)
+        ax.plot(P, [m.tree[x].predicted for x in P], "-", label="dynamic tree, predicted")
+        meas = [(x, m.tree[x].measured) for x in P if m.tree[x].measured is not None]
+        if meas:
+            ax.plot(*zip(*meas), "o", label="measured")
+        if m.speed_of_light:
+            ax.plot(list(m.speed_of_light), list(m.speed_of_light.values()), "--", label="speed of light (T*, free drafting)")
+        if m.bound_speedup:
+            ax.plot(list(m.bound_speedup), list(m.bound_speedup.values()), ":", label="bound (μ, μ₂)")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tree capacity P")
+        ax.set_title(f"{m.mode}: tree")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"specbound advise: {advice.models['target']} ← {advice.models['draft']} ({advice.config.engine})")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def write_advice(advice: Advice, exports: dict[str, str], out: Path, command: str = "") -> dict[str, Path]:
+    text = advise_markdown(advice, exports, command)
+    paths = {"json": write_json(advice, out / "advice.json"), "md": write_text(out / "advice.md", text),
+             "png": plot_advice(advice, out / "advice.png")}
+    paths["html"] = write_text(out / "advice.html", markdown_to_html(text.replace("advice.png", "advice.png")
+                                                                      + "\n![speed-up](advice.png)\n",
+                                                                      title="specbound advise"))
+    return paths

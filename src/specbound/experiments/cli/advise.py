@@ -1,0 +1,90 @@
+"""`specbound advise`: the speed-of-light of a deployment and the settings that get closest."""
+from __future__ import annotations
+
+import sys
+
+from ...errors import SpecboundError
+from . import at_least
+
+DEFAULT_OUT = "runs/advise"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--target", default=None, help="packaged model name or local path (default: Qwen2.5-Coder-1.5B); "
+                                                 "a .gguf file with --engine llamacpp")
+    p.add_argument("--draft", default=None, help="packaged model name or local path (default: Qwen2.5-Coder-0.5B)")
+    p.add_argument("--engine", default="torch", choices=["torch", "llamacpp"],
+                   help="where to measure: PyTorch (fp32 target, int8 draft) or llama.cpp (the GGUF files)")
+    p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k")
+    p.add_argument("--offset", type=int, default=20, help="first calibration prompt (held-out checks use the next ones)")
+    p.add_argument("--n-prompts", type=int, default=4, help="calibration prompts")
+    p.add_argument("--tokens", type=int, default=48, help="tokens generated per calibration prompt")
+    p.add_argument("--positions", type=int, default=24, help="positions for exact tree values and the oracle")
+    p.add_argument("--repeats", type=int, default=3, help="repeats of every cost-curve point")
+    p.add_argument("--modes", default="greedy,sampled", help="comma list of greedy, sampled (T = 1)")
+    p.add_argument("--check-prompts", type=int, default=3,
+                   help="held-out prompts on which predicted settings are run and measured (0 = skip)")
+    p.add_argument("--check-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=0, help="threads (default: the cores available)")
+    p.add_argument("--out", default=DEFAULT_OUT)
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run(args) -> int:
+    from ...advise import MODES, AdviseConfig, check_engine
+    from ...assets.prompts import load_prompts
+    from ...runtime import configure_threads
+    from ..report import check_output_dir
+
+    check_engine(args.engine)
+    at_least(args, 1, "n_prompts", "tokens", "positions", "repeats", "check_tokens")
+    at_least(args, 0, "offset", "check_prompts", "threads")
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not modes or any(m not in MODES for m in modes):
+        raise SpecboundError(f"--modes: choose from {', '.join(MODES)}, got {args.modes!r}")
+    out = check_output_dir(args.out)
+    calibration = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
+    check = load_prompts(args.prompt_set, limit=args.check_prompts, offset=args.offset + args.n_prompts) \
+        if args.check_prompts else []
+    _check_engine_available(args.engine)
+    configure_threads(args.threads)
+    config = AdviseConfig(args.engine, args.prompt_set, args.offset, len(calibration), args.tokens, args.positions,
+                          repeats=args.repeats, modes=modes)
+    return _advise(args, config, calibration, check, out)
+
+
+def _check_engine_available(engine: str) -> None:
+    import importlib.util
+
+    from ...errors import ModelNotAvailable
+
+    if engine == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
+        raise ModelNotAvailable("--engine llamacpp needs llama-cpp-python: pip install 'specbound[llamacpp]' "
+                                "(it compiles llama.cpp, about 10 minutes on 2 cores)")
+
+
+def _advise(args, config, calibration, check, out) -> int:
+    from rich.console import Console
+
+    from ...advise import advise, measure_settings, recommendation
+    from ...export import export_all
+    from ...models.loading import load_engine_pair
+    from ..advise_report import write_advice
+    from ..llm import encode_prompts
+    from ..report import progress_bar
+
+    console = Console(stderr=True)
+    with console.status(f"loading the pair on {config.engine}…"):
+        target, draft, paths = load_engine_pair(config.engine, args.target, args.draft)
+    ids = encode_prompts(target, calibration)
+    with progress_bar(not args.no_progress) as bar:
+        advice = advise(target, draft, ids, config, progress=bar)
+    if check:
+        advice.measured_prompts = [p.id for p in check]
+        measure_settings(target, draft, advice, encode_prompts(target, check), args.check_tokens)
+    exports = export_all(recommendation(advice, paths["target"], paths["draft"], mode=config.modes[0]))
+    command = "specbound advise " + " ".join(sys.argv[2:])
+    written = write_advice(advice, exports, out, command)
+    print((out / "advice.md").read_text())
+    print("wrote " + ", ".join(str(p) for p in written.values()), file=sys.stderr)
+    return 0

@@ -1,0 +1,70 @@
+"""`specbound advise` on exact toy models: every setting is predicted from measured quantities, the
+predictions follow the theory formulas, a useless draft yields "will not pay", measured settings are
+filled in, and the report and exports are written."""
+import json
+import shlex
+
+import numpy as np
+import pytest
+
+from specbound.advise import AdviseConfig, advise, measure_settings, measured_vs_predicted, recommendation
+from specbound.experiments.advise_report import write_advice
+from specbound.export import export_all
+from specbound.models import ChainModel
+from specbound.theory import MarkovChain
+from specbound.theory.speedup import expected_tokens_per_step, round_speedup
+from test_policy import SleepyModel
+
+CONFIG = AdviseConfig(engine="torch", n_prompts=2, tokens=12, positions=6, chain_gamma=6, repeats=1)
+
+
+def _pair(noise):
+    target = MarkovChain.random(5, seed=2, concentration=0.3)
+    return ChainModel(target), ChainModel(target.perturbed(noise, seed=3))
+
+
+def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
+    target, draft = _pair(0.1)
+    # reads cost real time (chain models are otherwise free): a flat target, a cheap draft
+    target, draft = SleepyModel(target, lambda k: 4e-3 + 1e-5 * k), SleepyModel(draft, lambda k: 4e-4)
+    prompts = [[0, 1], [2, 3]]
+    advice = advise(target, draft, prompts, CONFIG)
+    verify_cost, draft_cost = advice.cost_profiles()
+    for mode, m in advice.modes.items():
+        assert len(m.acceptance) == CONFIG.chain_gamma and all(0 <= a <= 1 for a in m.acceptance)
+        for g, s in m.chain.items():                       # E[tokens] = 1 + Σ Π α (Leviathan et al.)
+            assert s.expected_tokens == pytest.approx(expected_tokens_per_step(m.acceptance, g))
+            assert s.predicted == pytest.approx(float(round_speedup(s.expected_tokens - 1, s.draft_seconds,
+                                                                    verify_cost, g + 1)))
+        values = [m.tree[P].expected_tokens for P in sorted(m.tree)]
+        assert all(b >= a - 1e-12 for a, b in zip(values, values[1:]))      # nested trees: non-decreasing
+        for P, s in m.tree.items():                         # a tree never beats the target's own T*(P)
+            assert s.expected_tokens - 1 <= m.oracle[P] + 1e-9
+        assert m.pays and m.best.predicted == max(s.predicted for s in list(m.chain.values()) + list(m.tree.values()))
+    assert advice.modes["sampled"].bound                  # μ, μ₂ bound on E[X](P), T = 1 only
+    measure_settings(target, draft, advice, prompts, 10)
+    rows = measured_vs_predicted(advice)
+    assert len(rows) >= 5 and all(r[3] > 0 for r in rows)
+    rec = recommendation(advice, "/models/target", "/models/draft")
+    exports = export_all(rec)
+    json.loads([line for line in exports["vllm"].splitlines() if line.startswith("{")][0])
+    assert shlex.split(exports["llama.cpp"].splitlines()[-1])[0] == "llama-server"
+    paths = write_advice(advice, exports, tmp_path, "specbound advise --test")
+    assert all(p.exists() for p in paths.values())
+    assert "Predicted vs measured" in paths["md"].read_text()
+
+
+def test_a_useless_draft_is_told_that_speculation_will_not_pay(tmp_path):
+    target = MarkovChain.random(5, seed=2, concentration=0.3)
+    uniform = MarkovChain(np.full(5, 0.2), np.full((5, 5), 0.2))
+    # steep verification and an expensive draft: nothing can pay
+    slow_target = SleepyModel(ChainModel(target), lambda k: 2e-3 * k)
+    slow_draft = SleepyModel(ChainModel(uniform), lambda k: 3e-3)
+    advice = advise(slow_target, slow_draft, [[0, 1]], AdviseConfig(n_prompts=1, tokens=10, positions=4,
+                                                                     chain_gamma=4, repeats=1, modes=("greedy",)))
+    m = advice.modes["greedy"]
+    assert not m.pays and m.best.predicted < 1.05
+    rec = recommendation(advice, "/t", "/d")
+    assert rec.method == "none"
+    paths = write_advice(advice, export_all(rec), tmp_path)
+    assert "will not pay" in paths["md"].read_text()
