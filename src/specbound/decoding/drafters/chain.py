@@ -1,5 +1,7 @@
 """Chain drafter: tokens sampled one by one from the draft model (Leviathan et al. 2023;
-Yin et al. 2024, Alg. 1). A chain is a draft tree of fan-out 1, verified by the sampled-chain rule.
+Yin et al. 2024, Alg. 1). A chain is a draft tree of fan-out 1, verified by the sampled-chain rule
+(at temperature 0 the arg-max chain is a deterministic tree, verified by the target walk — the same
+decisions, without one-hot draft laws).
 
 The length is fixed (γ, an int), drafted to the generation horizon (``None``, Yin's setting: every
 round but the last ends at a rejection), or sized every round by a
@@ -18,7 +20,7 @@ from ...errors import SpecboundError
 from ...models.base import LanguageModel
 from ..costs import CostModel, load_or_measure_costs
 from ..policy import DraftBudget
-from ..sampling import SamplingConfig, logits_to_probs, sample_from, token_probability
+from ..sampling import SamplingConfig, check_logits, logits_to_probs, sample_from, token_probability
 from ..tree import DraftTree
 from .base import DraftCache, Drafter, RoundFeedback
 
@@ -72,15 +74,19 @@ class ChainDrafter(Drafter):
         else:
             limit = max_depth if self.gamma is None else min(self.gamma, max_depth)
         logits = self.cache.start(committed)
+        greedy = self.sampling.greedy
         tokens, laws, conf, values = [], [], [], []
         while True:
-            probs = logits_to_probs(logits, self.sampling, self.model.name)
-            token = int(sample_from(probs, generator))
+            if greedy:      # the arg-max chain is a deterministic tree: no draft law needed to verify it
+                check_logits(logits, self.model.name)
+                token = int(logits.argmax())
+            else:
+                probs = logits_to_probs(logits, self.sampling, self.model.name)
+                token = int(sample_from(probs, generator))
+                laws.append(probs)
             tokens.append(token)
-            laws.append(probs)
             if self.budget is not None:
-                q = float(probs[token]) if not self.sampling.greedy else \
-                    token_probability(logits, token, self.confidence)
+                q = token_probability(logits, token, self.confidence) if greedy else float(probs[token])
                 c = float(self.budget.calibration(q))
                 conf.append(q)
                 values.append((values[-1] if values else 1.0) * c)
@@ -94,7 +100,7 @@ class ChainDrafter(Drafter):
                 self._confidences = []
                 return DraftTree.empty()
         self._confidences = conf
-        return DraftTree.chain(tokens, torch.stack(laws), draft_calls=self.cache.calls)
+        return DraftTree.chain(tokens, torch.stack(laws) if laws else None, draft_calls=self.cache.calls)
 
     def _continue(self, values, conf, t0) -> bool:
         if self.budget is None:
@@ -117,8 +123,11 @@ class ChainDrafter(Drafter):
             for k, seconds in self.cache.reads:
                 costs.observe_draft(k, seconds)
             t = feedback.node_target_probs.numpy()
-            q = tree.draft_probs[tree.parents + 1, tree.tokens].double().numpy()
-            accept = np.minimum(1.0, t / np.maximum(q, 1e-300))      # exact acceptance of a sampled token
+            if tree.sampled:                                          # exact acceptance of a sampled token
+                q = tree.draft_probs[tree.parents + 1, tree.tokens].double().numpy()
+                accept = np.minimum(1.0, t / np.maximum(q, 1e-300))
+            else:                                                     # arg-max chain: the target's probability
+                accept = t
             conf = np.asarray(self._confidences[:len(tree)])
             c = self.budget.calibration(conf)
             self.budget.learn(conf, accept, first_values=c[:1], best_children=c[1:])
