@@ -447,10 +447,14 @@ class LlamaCppModel(LanguageModel):
 
     # ------------------------------------------------------------------ diagnostics
     def kv_sequence_ranges(self) -> dict[int, tuple[int, int]]:
-        """(min, max) cached position of each live llama.cpp sequence (for tests and debugging)."""
+        """(min, max) cached position of every llama.cpp sequence that holds cells (tests, debugging)."""
         lib, mem = self._lib, self._mem
-        return {s: (int(lib.llama_memory_seq_pos_min(mem, s)), int(lib.llama_memory_seq_pos_max(mem, s)))
-                for s in sorted(self._tips)}
+        ranges = {}
+        for s in range(self.max_sequences):
+            hi = int(lib.llama_memory_seq_pos_max(mem, s))
+            if hi >= 0:
+                ranges[s] = (int(lib.llama_memory_seq_pos_min(mem, s)), hi)
+        return ranges
 
     def __repr__(self) -> str:
         return (f"LlamaCppModel({self.name!r}, {self.info.kernels}, n_ctx={self.n_ctx}, "
