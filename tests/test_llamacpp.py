@@ -264,6 +264,9 @@ def test_llama_cpp_default_numerics_are_close_but_not_exact(paths):
     by_four = torch.cat([f16.forward(torch.tensor([tokens[i:i + 4]]))[0] for i in range(0, len(tokens), 4)])
     torch.testing.assert_close(by_four, whole, atol=ATOL, rtol=1e-4)
     assert 1e-4 < float((whole - single).abs().max()) < 2e-2
+    # repack=False (no CPU_REPACK buffers) changes nothing for f32/f16 weights
+    plain = make(paths["f16"], n_ctx=256, identity=None, repack=False)
+    torch.testing.assert_close(plain.forward(torch.tensor([tokens]))[0], whole, atol=ATOL, rtol=1e-4)
 
 
 # --------------------------------------------------------------------------- tree protocol

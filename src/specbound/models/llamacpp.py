@@ -134,13 +134,16 @@ class LlamaCppModel(LanguageModel):
             batch or tree agree to ~1e-5. llama.cpp's own defaults (f16 K/V, CPU flash attention)
             round K/V or Q to half precision, which turns last-bit differences between the one-token
             and the batched matmul kernels into ~1e-3 logit noise (rare argmax flips at near-ties).
+        repack: let llama.cpp repack quantized weights into its interleaved CPU layout (default, as
+            llama.cpp does); False keeps the file's layout (other kernels, other rounding).
         identity: "sha256" (hash the file, default), None, or a string to use as is.
         name: for reports; default: the file name.
     """
 
     def __init__(self, path, n_ctx: int | None = None, n_threads: int | None = None, n_batch: int = 256,
                  max_sequences: int = 64, flash_attn: bool | None = False, kv_cache_type: str | None = "f32",
-                 identity: str | None = "sha256", name: str | None = None, seed_tokenizer: bool = True):
+                 repack: bool = True, identity: str | None = "sha256", name: str | None = None,
+                 seed_tokenizer: bool = True):
         lib = load_llama_cpp()
         self._lib = lib
         path = _check_gguf_path(path)
@@ -161,6 +164,7 @@ class LlamaCppModel(LanguageModel):
         lib.llama_backend_init()
         mark = len(_LOG_TAIL)
         mparams = lib.llama_model_default_params()
+        mparams.use_extra_bufts = bool(repack)       # CPU_REPACK: interleaved weights for faster matmuls
         self._model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise SpecboundError(f"llama.cpp could not load {str(path)!r}{_recent_errors(mark)}")
