@@ -19,6 +19,17 @@ How the cache tree maps to llama.cpp's KV cache (one unified cache, ``kv_unified
   end's position (``seq_rm`` + ``seq_keep``), and renames it to sequence 0. A kept path already
   sits at positions 0..L-1, so later reads continue at position L.
 
+Numerics. With f32 weights and the defaults here (f32 K/V, no flash attention) a token's logits
+are the same (~1e-5) whether it is read alone, in a batch or in a tree. llama.cpp's CPU kernels
+are not batch-invariant otherwise: with f16 weights one-row matmuls round activations to f16
+(~4e-3 logit differences between k = 1 and k >= 2 reads on the tiny test model), and with
+quantized weights (Qwen2.5-Coder-1.5B Q4_K_M) the one-row, small-batch and large-batch kernels
+differ by up to ~0.6 in the logits (median ~0.4 per row), flipping the arg-max at ~0-1.3 % of
+positions of real code (near-ties). These are llama.cpp's own numbers: llama-cpp-python's ``Llama``
+returns bit-identical logits for the same batch shapes. The verify pass is lossless relative to
+the logits llama.cpp computes for that batch; greedy outputs can differ from one-token greedy
+decoding at such near-ties.
+
 Requires ``pip install 'specbound[llamacpp]'`` (llama-cpp-python, built from source on first install).
 """
 from __future__ import annotations
