@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
@@ -20,8 +19,8 @@ from helpers import chi_square_pvalue, encode
 from specbound.decoding import SamplingConfig, logits_to_probs, speculative_decode
 from specbound.errors import ModelNotAvailable, SpecboundError
 
-gguf = pytest.importorskip("gguf")
-llama_cpp = pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+pytest.importorskip("llama_cpp")
 
 from gguf_tiny import write_tiny_llama_gguf  # noqa: E402
 from specbound.models.llamacpp import LlamaCppModel  # noqa: E402
@@ -152,16 +151,6 @@ def check_tree_grown_level_by_level(model, fresh, prefix, gen: np.random.Generat
 
 
 # --------------------------------------------------------------------------- errors and info
-
-def test_missing_llama_cpp_names_the_extra(monkeypatch, paths):
-    import specbound.models.llamacpp as backend
-
-    monkeypatch.setitem(sys.modules, "llama_cpp", None)        # import llama_cpp -> ImportError
-    with pytest.raises(ModelNotAvailable, match=r"pip install 'specbound\[llamacpp\]'"):
-        backend.load_llama_cpp()
-    with pytest.raises(ModelNotAvailable, match=r"specbound\[llamacpp\]"):
-        make(paths["target"])
-
 
 def test_missing_and_invalid_gguf(tmp_path):
     with pytest.raises(ModelNotAvailable, match="does not exist"):
