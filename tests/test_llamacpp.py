@@ -1,6 +1,6 @@
 """llama.cpp backend on tiny GGUF models built in code (tests/gguf_tiny.py; nothing is downloaded).
 
-* errors: llama_cpp missing, missing / invalid GGUF, full context, too many tree sequences;
+* errors: missing / invalid GGUF (llama_cpp missing: test_llamacpp_missing.py), full context, too many tree sequences;
 * numerics: batched logits (a chain of k tokens in one decode, tree forwards) equal one-token reads;
 * the tree protocol, checked backend-generically against fresh caches: one forward_tree, trees grown
   over several calls under cached nodes, keep_path of deep branches, crop and re-read, and a random
@@ -9,7 +9,6 @@
   llama.cpp's own ``Llama.generate``); a χ² test of the first two sampled tokens (T = 1, top-k = 4).
 """
 from __future__ import annotations
-
 
 import numpy as np
 import pytest
@@ -24,7 +23,6 @@ pytest.importorskip("llama_cpp")
 
 from gguf_tiny import write_tiny_llama_gguf  # noqa: E402
 from specbound.models.llamacpp import LlamaCppModel  # noqa: E402
-
 
 
 def make(path, **kwargs):
