@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: setup setup-models demo test bench clean
+.PHONY: setup setup-models setup-llamacpp demo test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,12 @@ setup-models: setup
 demo: setup-models
 	$(BIN)/specbound generate
 
-test: setup
+# The llama.cpp backend's extra compiles llama.cpp once (~7-10 min on 2 cores); pip caches the wheel.
+setup-llamacpp: setup
+	@echo "installing specbound[llamacpp] (compiles llama.cpp on the first install)"
+	CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} $(BIN)/pip install -q -e '.[test,llamacpp]'
+
+test: setup-llamacpp
 	$(BIN)/python -m pytest
 
 bench: setup-models

@@ -1,0 +1,611 @@
+"""A GGUF model run by llama.cpp (through llama-cpp-python's low-level API) behind :class:`LanguageModel`.
+
+Every forward is one ``llama_decode`` over a batch whose tokens all ask for logits, so a chain of
+k tokens or a tree of n nodes is scored in one pass (split only beyond ``n_batch`` tokens).
+
+How the cache tree maps to llama.cpp's KV cache (one unified cache, ``kv_unified``):
+
+* every cache slot is one KV cell, at the slot's position (parent position + 1);
+* llama.cpp lets a token attend to the cells that share its FIRST sequence id and whose position is
+  not larger than its own. A *sequence* here is therefore one root-to-node path of the tree: the
+  committed chain plus the tree nodes down to the sequence's *tip*. A cell belongs to every
+  sequence whose path runs through it; sequence 0 always holds the committed chain;
+* a new node whose parent is the tip of some sequence extends that sequence (no copy). Otherwise
+  it opens a new sequence: the parent's path up to its deepest *cached* node Q is copied with
+  ``llama_memory_seq_cp(src, new, 0, pos(Q) + 1)`` (only cell metadata changes, no tensor copy) and
+  the nodes of the same call between Q and the parent get the new id as an extra sequence id;
+* ``crop`` cuts every sequence back to its deepest kept node (``seq_rm`` over a position range) and
+  frees duplicate sequences; ``keep_path`` keeps one sequence through the path's end, cut at the
+  end's position (``seq_rm`` + ``seq_keep``), and renames it to sequence 0. A kept path already
+  sits at positions 0..L-1, so later reads continue at position L.
+
+Numerics. With f32 weights and the defaults here (f32 K/V, no flash attention) a token's logits
+are the same (~1e-5) whether it is read alone, in a batch or in a tree. llama.cpp's CPU kernels
+are not batch-invariant otherwise: with f16 weights one-row matmuls round activations to f16
+(~4e-3 logit differences between k = 1 and k >= 2 reads on the tiny test model), and with
+quantized weights (Qwen2.5-Coder-1.5B Q4_K_M) the one-row, small-batch and large-batch kernels
+differ by up to ~0.6 in the logits (median ~0.4 per row), flipping the arg-max at ~0-1.3 % of
+positions of real code (near-ties). These are llama.cpp's own numbers: llama-cpp-python's ``Llama``
+returns bit-identical logits for the same batch shapes. The verify pass is lossless relative to
+the logits llama.cpp computes for that batch; greedy outputs can differ from one-token greedy
+decoding at such near-ties.
+
+Requires ``pip install 'specbound[llamacpp]'`` (llama-cpp-python, built from source on first install).
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ModelNotAvailable, SpecboundError, positive_int
+from .base import CacheTree, LanguageModel, ModelInfo, as_token_batch
+
+__all__ = ["LlamaCppModel", "LlamaCppTokenizer", "available_threads", "gguf_sha256", "load_llama_cpp"]
+
+INSTALL_HINT = "pip install 'specbound[llamacpp]'"
+
+_LOG_TAIL: collections.deque = collections.deque(maxlen=40)   # recent llama.cpp warnings/errors
+_LOG_CALLBACK = None                                            # keeps the ctypes callback alive
+VERBOSE = bool(os.environ.get("SPECBOUND_LLAMA_VERBOSE"))
+_SHA_CACHE: dict[tuple, str] = {}
+
+
+def load_llama_cpp():
+    """Import the ctypes binding, or raise :class:`ModelNotAvailable` with the install command."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise ModelNotAvailable(
+            f"the llama.cpp backend needs llama-cpp-python, which is not installed ({exc}); "
+            f"install it with: {INSTALL_HINT}  (it compiles llama.cpp, ~10 minutes on 2 cores)"
+        ) from None
+    _install_log_callback(llama_cpp)
+    return llama_cpp
+
+
+def _install_log_callback(llama_cpp) -> None:
+    """Route llama.cpp's log through us: keep warnings/errors for error messages, print only if verbose."""
+    global _LOG_CALLBACK
+    if _LOG_CALLBACK is not None:
+        return
+
+    @llama_cpp.llama_log_callback
+    def _callback(level, text, user_data):   # ggml levels: 1 info, 2 warn, 3 error, 4 debug, 5 cont
+        message = text.decode("utf-8", "replace") if text else ""
+        if level in (2, 3) or (level == 5 and _LOG_TAIL and _LOG_TAIL[-1][0] in (2, 3)):
+            _LOG_TAIL.append((level if level != 5 else _LOG_TAIL[-1][0], message))
+        if VERBOSE:
+            import sys
+            print(message, end="", file=sys.stderr, flush=True)
+
+    _LOG_CALLBACK = _callback
+    llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
+def _recent_errors(since: int = 0) -> str:
+    lines = [m.strip() for level, m in list(_LOG_TAIL)[since:] if level == 3 and m.strip()]
+    return ("; llama.cpp said: " + " | ".join(lines[-6:])) if lines else ""
+
+
+def available_threads() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's core count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                      # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def gguf_sha256(path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) for this process."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+        _SHA_CACHE[key] = digest.hexdigest()
+    return _SHA_CACHE[key]
+
+
+def _check_gguf_path(path) -> Path:
+    path = Path(os.fspath(path)).expanduser()
+    if not path.exists():
+        raise ModelNotAvailable(f"GGUF file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ModelNotAvailable(f"GGUF path {str(path)!r} is not a file")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"GGUF":
+        raise SpecboundError(f"{str(path)!r} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    return path
+
+
+class LlamaCppModel(LanguageModel):
+    """A GGUF model behind the :class:`LanguageModel` protocol, with tree forwards.
+
+    Args:
+        path: the ``.gguf`` file.
+        n_ctx: KV cells (= maximum cache slots: committed tokens + tree nodes); default: the model's
+            training context, capped at 4096.
+        n_threads: threads for decoding; default: the cores available to this process.
+        n_batch: most tokens per ``llama_decode`` (longer reads are split; each token returns logits).
+        max_sequences: most tree sequences (≈ leaves of the cached tree + 1), ≤ 256.
+        flash_attn: True / False (default) / None (= llama.cpp's choice, "auto": on for CPU).
+        kv_cache_type: "f32" (default) / "f16" / None (= llama.cpp's default, f16).
+            The defaults make numerics batch-independent: logits of a token read alone or inside a
+            batch or tree agree to ~1e-5. llama.cpp's own defaults (f16 K/V, CPU flash attention)
+            round K/V or Q to half precision, which turns last-bit differences between the one-token
+            and the batched matmul kernels into ~1e-3 logit noise (rare argmax flips at near-ties).
+        repack: let llama.cpp repack quantized weights into its interleaved CPU layout (default, as
+            llama.cpp does); False keeps the file's layout (other kernels, other rounding).
+        identity: "sha256" (hash the file, default), None, or a string to use as is.
+        name: for reports; default: the file name.
+    """
+
+    def __init__(self, path, n_ctx: int | None = None, n_threads: int | None = None, n_batch: int = 256,
+                 max_sequences: int = 64, flash_attn: bool | None = False, kv_cache_type: str | None = "f32",
+                 repack: bool = True, identity: str | None = "sha256", name: str | None = None,
+                 seed_tokenizer: bool = True):
+        lib = load_llama_cpp()
+        self._lib = lib
+        path = _check_gguf_path(path)
+        self.path = path
+        self.name = name or path.name
+        self.n_threads = available_threads() if n_threads is None else positive_int(n_threads, "n_threads")
+        self.n_batch = positive_int(n_batch, "n_batch")
+        self.max_sequences = positive_int(max_sequences, "max_sequences")
+        limit = int(lib.llama_max_parallel_sequences())
+        if self.max_sequences > limit:
+            raise SpecboundError(f"max_sequences must be <= {limit} (llama.cpp's limit), got {self.max_sequences}")
+        if n_ctx is not None:
+            n_ctx = positive_int(n_ctx, "n_ctx")
+        self._model = self._ctx = None
+        self._batch = None
+
+        start = time.perf_counter()
+        lib.llama_backend_init()
+        mark = len(_LOG_TAIL)
+        mparams = lib.llama_model_default_params()
+        mparams.use_extra_bufts = bool(repack)       # CPU_REPACK: interleaved weights for faster matmuls
+        self._model = lib.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self._model:
+            raise SpecboundError(f"llama.cpp could not load {str(path)!r}{_recent_errors(mark)}")
+        if lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model):
+            raise SpecboundError(f"{self.name}: recurrent/hybrid models cannot roll back their state per token; "
+                                 "the llama.cpp backend supports attention-only models")
+        if lib.llama_model_has_encoder(self._model):
+            raise SpecboundError(f"{self.name}: encoder-decoder models are not supported")
+        train_ctx = int(lib.llama_model_n_ctx_train(self._model))
+        self.n_ctx = n_ctx or min(train_ctx, 4096)
+        self.n_batch = min(self.n_batch, self.n_ctx)      # llama.cpp clamps it the same way
+
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx
+        cparams.n_batch = self.n_batch
+        cparams.n_ubatch = self.n_batch
+        cparams.n_seq_max = self.max_sequences
+        # every token of a batch returns logits; llama.cpp also reserves one output per sequence
+        cparams.n_outputs_max = max(self.n_batch, self.max_sequences)
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
+        cparams.kv_unified = True          # one cell pool shared by all sequences: seq_cp is metadata only
+        cparams.no_perf = True
+        if flash_attn is not None:
+            cparams.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else \
+                lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        if kv_cache_type is not None:
+            types = {"f32": lib.GGML_TYPE_F32, "f16": lib.GGML_TYPE_F16}
+            if kv_cache_type not in types:
+                raise SpecboundError(f"kv_cache_type must be one of {sorted(types)} or None, got {kv_cache_type!r}")
+            cparams.type_k = cparams.type_v = types[kv_cache_type]
+        mark = len(_LOG_TAIL)
+        self._ctx = lib.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            raise SpecboundError(f"llama.cpp could not create a context for {self.name} "
+                                 f"(n_ctx={self.n_ctx}, n_batch={self.n_batch}){_recent_errors(mark)}")
+        # llama.cpp rounds the cell count up (to a multiple of 256); the limit we enforce stays n_ctx
+        self.n_ctx = min(self.n_ctx, int(lib.llama_n_ctx(self._ctx)))
+        self.n_batch = min(self.n_batch, int(lib.llama_n_batch(self._ctx)))
+        self._mem = lib.llama_get_memory(self._ctx)
+        self._vocab = lib.llama_model_get_vocab(self._model)
+        self.vocab_size = int(lib.llama_vocab_n_tokens(self._vocab))
+        self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_sequences)
+
+        ftype = lib.llama_ftype_name(lib.llama_model_ftype(self._model))
+        ftype = ftype.decode() if ftype else str(int(lib.llama_model_ftype(self._model)))
+        if identity == "sha256":
+            identity = gguf_sha256(path)
+        self.info = ModelInfo(backend="llamacpp", kernels=f"gguf:{ftype}", identity=identity,
+                              load_seconds=time.perf_counter() - start, max_positions=self.n_ctx)
+        self.tokenizer = LlamaCppTokenizer(self) if seed_tokenizer else None
+        self.decode_calls = 0
+        self.reset()
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Free the llama.cpp context, batch and model (also done when the object is collected)."""
+        lib = getattr(self, "_lib", None)
+        if lib is None:
+            return
+        if getattr(self, "_batch", None) is not None:
+            lib.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            lib.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            lib.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def _alive(self) -> None:
+        if not getattr(self, "_ctx", None):
+            raise SpecboundError(f"{self.name} is closed")
+
+    # ------------------------------------------------------------------ cache bookkeeping
+    def reset(self) -> None:
+        self._alive()
+        self._lib.llama_memory_clear(self._mem, False)
+        self._tree = CacheTree(self.name)
+        self._slot_seqs: list[list[int]] = []   # per tree slot: sequences through it (first = for attention)
+        self._tips: dict[int, int] = {0: -1}    # sequence -> deepest slot of its path (-1: empty cache)
+
+    @property
+    def cache_length(self) -> int:
+        return self._tree.length
+
+    @property
+    def committed_length(self) -> int:
+        return self._tree.chain
+
+    def _parent(self, slot: int) -> int:
+        chain = self._tree.chain
+        return slot - 1 if slot < chain else self._tree.parents[slot - chain]
+
+    def _primary(self, slot: int) -> int:
+        """A sequence through ``slot`` (cached): its cells at positions <= pos(slot) are slot's path."""
+        chain = self._tree.chain
+        return 0 if slot < chain else self._slot_seqs[slot - chain][0]
+
+    # ------------------------------------------------------------------ forwards
+    def _check_tokens(self, tokens) -> list[int]:
+        t = as_token_batch(tokens, self.vocab_size, name=f"{self.name} tokens")
+        if t.shape[0] != 1:
+            raise SpecboundError(f"{self.name}: the llama.cpp backend reads one sequence (batch 1), "
+                                 f"got tokens of shape {tuple(t.shape)}")
+        return t[0].tolist()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        toks = self._check_tokens(tokens)
+        return self._read(toks, self._tree.chain_parents(len(toks)), extend_chain=self._tree.is_chain)
+
+    def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
+        toks = self._check_tokens(tokens)
+        parents = self._tree.check_parents(list(parents))
+        if len(parents) != len(toks):
+            raise SpecboundError(f"{self.name}: {len(toks)} tree tokens but {len(parents)} parents")
+        return self._read(toks, parents, extend_chain=False)
+
+    def _plan(self, parents: list[int]):
+        """Sequence ids of each new node (attention sequence first), sequences to copy before the
+        decode, and the tips afterwards. Nothing in llama.cpp changes here."""
+        base = self._tree.length
+        tips = dict(self._tips)
+        tip_owner = {}
+        for s, t in sorted(tips.items(), reverse=True):
+            tip_owner[t] = s                                       # prefer the smallest id per tip
+        free = sorted(set(range(self.max_sequences)) - set(tips))
+        node_seqs: list[list[int]] = []
+        copies: list[tuple[int, int, int]] = []                    # (source, new sequence, end position)
+        positions: list[int] = []
+        for i, p in enumerate(parents):
+            slot = base + i
+            pos = 0 if p < 0 else (positions[p - base] if p >= base else self._tree.position(p)) + 1
+            s = tip_owner.pop(p, None)
+            if s is None:
+                if not free:
+                    raise SpecboundError(
+                        f"{self.name}: the tree needs more than max_sequences={self.max_sequences} llama.cpp "
+                        f"sequences (about one per leaf); create the model with a larger max_sequences"
+                    )
+                s = free.pop(0)
+                a = p
+                while a >= base:                                  # nodes of this call on the parent's path
+                    node_seqs[a - base].append(s)
+                    a = parents[a - base]
+                # a is now the deepest cached node of the path (or -1 on an empty cache)
+                if a >= 0:
+                    copies.append((self._primary(a), s, self._tree.position(a) + 1))
+            tips[s] = slot
+            tip_owner[slot] = s
+            node_seqs.append([s])
+            positions.append(pos)
+        return node_seqs, copies, positions, tips
+
+    def _read(self, toks: list[int], parents: list[int], extend_chain: bool) -> torch.Tensor:
+        self._alive()
+        n = len(toks)
+        if self._tree.length + n > self.n_ctx:
+            raise SpecboundError(
+                f"{self.name}: context full: {self._tree.length} cached + {n} new tokens exceed n_ctx={self.n_ctx}; "
+                f"create the model with a larger n_ctx (the model was trained for "
+                f"{int(self._lib.llama_model_n_ctx_train(self._model))})"
+            )
+        node_seqs, copies, positions, tips = self._plan(parents)
+        lib, mem = self._lib, self._mem
+        for src, dst, end in copies:
+            lib.llama_memory_seq_cp(mem, src, dst, 0, end)
+        out = np.empty((n, self.vocab_size), dtype=np.float32)
+        done = 0
+        try:
+            while done < n:
+                m = min(self.n_batch, n - done)
+                batch = self._batch
+                batch.n_tokens = m
+                for j in range(m):
+                    i = done + j
+                    batch.token[j] = toks[i]
+                    batch.pos[j] = positions[i]
+                    seqs = node_seqs[i]
+                    batch.n_seq_id[j] = len(seqs)
+                    row = batch.seq_id[j]
+                    for k, s in enumerate(seqs):
+                        row[k] = s
+                    batch.logits[j] = 1
+                mark = len(_LOG_TAIL)
+                rc = lib.llama_decode(self._ctx, batch)
+                self.decode_calls += 1
+                if rc != 0:
+                    reason = {1: "no free KV cells for the batch", 2: "aborted", -1: "invalid batch"}.get(
+                        rc, "fatal error")
+                    raise SpecboundError(f"{self.name}: llama_decode failed ({rc}: {reason}){_recent_errors(mark)}")
+                ptr = lib.llama_get_logits(self._ctx)
+                out[done:done + m] = np.ctypeslib.as_array(ptr, shape=(m, self.vocab_size))
+                done += m
+        except BaseException:
+            self._undo(node_seqs, copies, positions)
+            raise
+        self._tree.append(parents, extend_chain=extend_chain)
+        if not extend_chain:
+            self._slot_seqs.extend(node_seqs)
+        self._tips = tips
+        return torch.from_numpy(out).unsqueeze(0)
+
+    def _undo(self, node_seqs, copies, positions) -> None:
+        """Remove every cell a failed read may have added (new sequences, extensions of old ones)."""
+        lib, mem = self._lib, self._mem
+        new = {dst for _, dst, _ in copies} | ({s for seqs in node_seqs for s in seqs} - set(self._tips))
+        for s in new:
+            lib.llama_memory_seq_rm(mem, s, -1, -1)
+        for s, tip in self._tips.items():
+            lib.llama_memory_seq_rm(mem, s, (self._tree.position(tip) + 1) if tip >= 0 else 0, -1)
+
+    # ------------------------------------------------------------------ rollback
+    def _collapse_to_chain(self, length: int) -> None:
+        """Keep only the committed slots 0..length-1, in sequence 0."""
+        self._lib.llama_memory_seq_rm(self._mem, -1, length, -1)
+        self._lib.llama_memory_seq_keep(self._mem, 0)
+        self._slot_seqs = []
+        self._tips = {0: length - 1}
+
+    def crop(self, length: int) -> None:
+        self._alive()
+        old_chain = self._tree.chain
+        tree_before = (list(self._tree.parents), list(self._tree.positions))
+        length = self._tree.crop(length)             # validates; raises before anything changes
+        if length <= old_chain:
+            self._collapse_to_chain(length)
+            return
+        parents, positions = tree_before
+        lib, mem = self._lib, self._mem
+
+        def parent(slot):
+            return slot - 1 if slot < old_chain else parents[slot - old_chain]
+
+        def position(slot):
+            return slot if slot < old_chain else positions[slot - old_chain]
+
+        tips = {}
+        for s, tip in self._tips.items():
+            kept = tip
+            while kept >= length:
+                kept = parent(kept)
+            if kept != tip:
+                lib.llama_memory_seq_rm(mem, s, position(kept) + 1, -1)
+            tips[s] = kept
+        owner: dict[int, int] = {}
+        for s in sorted(tips):                        # one sequence per distinct tip (0 first)
+            if tips[s] in owner:
+                lib.llama_memory_seq_rm(mem, s, -1, -1)
+            else:
+                owner[tips[s]] = s
+        live = set(owner.values())
+        self._tips = {s: t for t, s in owner.items()}
+        self._slot_seqs = [[s for s in seqs if s in live] for seqs in self._slot_seqs[:length - old_chain]]
+
+    def keep_path(self, base_length: int, path) -> None:
+        self._alive()
+        old_chain = self._tree.chain
+        path = [int(s) for s in path]
+        end = path[-1] if path else int(base_length) - 1
+        end_pos = self._tree.position(end) if 0 <= end < self._tree.length else None
+        end_seq = self._primary(end) if end >= old_chain and end_pos is not None else 0
+        kept = self._tree.keep_path(base_length, path)   # validates; raises before anything changes
+        length = len(kept)
+        if end < old_chain:
+            self._collapse_to_chain(length)
+            return
+        lib, mem = self._lib, self._mem
+        assert end_pos == length - 1, "a kept path must end at position length - 1"
+        lib.llama_memory_seq_rm(mem, end_seq, end_pos + 1, -1)
+        lib.llama_memory_seq_keep(mem, end_seq)
+        if end_seq != 0:
+            lib.llama_memory_seq_cp(mem, end_seq, 0, -1, -1)
+            lib.llama_memory_seq_keep(mem, 0)
+        self._slot_seqs = []
+        self._tips = {0: length - 1}
+
+    # ------------------------------------------------------------------ diagnostics
+    def kv_sequence_ranges(self) -> dict[int, tuple[int, int]]:
+        """(min, max) cached position of every llama.cpp sequence that holds cells (tests, debugging)."""
+        lib, mem = self._lib, self._mem
+        ranges = {}
+        for s in range(self.max_sequences):
+            hi = int(lib.llama_memory_seq_pos_max(mem, s))
+            if hi >= 0:
+                ranges[s] = (int(lib.llama_memory_seq_pos_min(mem, s)), hi)
+        return ranges
+
+    def __repr__(self) -> str:
+        return (f"LlamaCppModel({self.name!r}, {self.info.kernels}, n_ctx={self.n_ctx}, "
+                f"threads={self.n_threads}, cached={self.cache_length})")
+
+
+class _Encoding(dict):
+    """What ``tokenizer(text)`` returns: ``.input_ids`` and ``.attention_mask`` (also as keys)."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+class LlamaCppTokenizer:
+    """Hugging Face-like text I/O over llama.cpp's own tokenizer (the one inside the GGUF)."""
+
+    def __init__(self, model: LlamaCppModel):
+        lib = model._lib
+        self._lib, self._model, self._vocab = lib, model, model._vocab
+        self.vocab_size = model.vocab_size
+        self.add_bos = bool(lib.llama_vocab_get_add_bos(self._vocab))
+
+        def special(token: int):
+            return None if token is None or token < 0 else int(token)
+
+        self.bos_token_id = special(lib.llama_vocab_bos(self._vocab))
+        self.eos_token_id = special(lib.llama_vocab_eos(self._vocab))
+        self.eot_token_id = special(lib.llama_vocab_eot(self._vocab))
+        self.pad_token_id = special(lib.llama_vocab_pad(self._vocab))
+        self.bos_token = self._text(self.bos_token_id)
+        self.eos_token = self._text(self.eos_token_id)
+        template = lib.llama_model_chat_template(model._model, None)
+        self.chat_template = template.decode("utf-8", "replace") if template else None
+        self._vocab_dict: dict[str, int] | None = None
+
+    def _text(self, token):
+        if token is None:
+            return None
+        raw = self._lib.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", "replace") if raw is not None else None
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]:
+        """Token ids of ``text`` (BOS added when the model asks for it and ``add_special_tokens``)."""
+        if not isinstance(text, str):
+            raise SpecboundError(f"encode expects a string, got {type(text).__name__}")
+        raw = text.encode("utf-8")
+        lib = self._lib
+        capacity = len(raw) + 8
+        buf = (lib.llama_token * capacity)()
+        n = lib.llama_tokenize(self._vocab, raw, len(raw), buf, capacity, add_special_tokens, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (lib.llama_token * capacity)()
+            n = lib.llama_tokenize(self._vocab, raw, len(raw), buf, capacity, add_special_tokens, parse_special)
+        if n < 0:
+            raise SpecboundError(f"{self._model.name}: llama.cpp could not tokenize the text")
+        return list(buf[:n])
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        if isinstance(ids, torch.Tensor):
+            ids = ids.reshape(-1).tolist()
+        ids = [int(t) for t in (ids if isinstance(ids, (list, tuple)) else np.asarray(ids).reshape(-1))]
+        if not ids:
+            return ""
+        lib = self._lib
+        arr = (lib.llama_token * len(ids))(*ids)
+        capacity = 16 * len(ids) + 64
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(capacity)
+            n = lib.llama_detokenize(self._vocab, arr, len(ids), buf, capacity, False, not skip_special_tokens)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", "replace")
+            capacity = -n + 1
+        raise SpecboundError(f"{self._model.name}: llama.cpp could not detokenize {len(ids)} tokens")
+
+    def __call__(self, text, return_tensors: str | None = None, add_special_tokens: bool = True, **_ignored):
+        texts = [text] if isinstance(text, str) else list(text)
+        ids = [self.encode(t, add_special_tokens=add_special_tokens) for t in texts]
+        if return_tensors == "pt":
+            if len({len(row) for row in ids}) > 1:
+                raise SpecboundError("texts of different token lengths cannot form one tensor (no padding)")
+            input_ids = torch.tensor(ids, dtype=torch.long)
+            return _Encoding(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+        if return_tensors is not None:
+            raise SpecboundError(f"return_tensors={return_tensors!r} is not supported (use 'pt' or None)")
+        if isinstance(text, str):
+            return _Encoding(input_ids=ids[0], attention_mask=[1] * len(ids[0]))
+        return _Encoding(input_ids=ids, attention_mask=[[1] * len(row) for row in ids])
+
+    def convert_ids_to_tokens(self, ids):
+        if isinstance(ids, int):
+            return self._text(ids)
+        return [self._text(int(t)) for t in ids]
+
+    def convert_tokens_to_ids(self, tokens):
+        vocab = self.get_vocab()
+        if isinstance(tokens, str):
+            return vocab.get(tokens)
+        return [vocab.get(t) for t in tokens]
+
+    def get_vocab(self) -> dict[str, int]:
+        """Piece -> id for the whole vocabulary (built once; ~0.2 s for 150k tokens)."""
+        if self._vocab_dict is None:
+            vocab = {}
+            for i in range(self.vocab_size):
+                piece = self._text(i)
+                if piece is not None and piece not in vocab:
+                    vocab[piece] = i
+            self._vocab_dict = vocab
+        return dict(self._vocab_dict)
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = False, tokenize: bool = True,
+                            **kwargs):
+        """Render the GGUF's Jinja chat template the way transformers does (sandboxed jinja2)."""
+        if not self.chat_template:
+            raise SpecboundError(f"{self._model.name} has no chat template in its GGUF metadata")
+        try:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError:                       # pragma: no cover - jinja2 comes with transformers
+            raise ModelNotAvailable("apply_chat_template needs jinja2 (pip install jinja2)") from None
+        import json
+
+        def raise_exception(message):
+            raise SpecboundError(f"chat template: {message}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False: json.dumps(
+            x, indent=indent, ensure_ascii=ensure_ascii)
+        env.globals["raise_exception"] = raise_exception
+        text = env.from_string(self.chat_template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "", eos_token=self.eos_token or "", **kwargs)
+        return self.encode(text, add_special_tokens=False) if tokenize else text
