@@ -20,7 +20,7 @@ setup-models: setup
 # The main job: speculative decoding on the embedded default pair (Qwen2.5-Coder 1.5B target, 0.5B draft).
 # First run converts the packaged GGUF weights once into ~/.cache/specbound (about 5 minutes).
 demo: setup-models
-	$(BIN)/specbound generate
+	$(BIN)/specbound generate --baseline
 
 # The llama.cpp backend's extra compiles llama.cpp once (~7-10 min on 2 cores); pip caches the wheel.
 setup-llamacpp: setup

@@ -465,6 +465,27 @@ def test_greedy_speculative_decoding_is_token_identical(target, draft, gamma):
     assert accepted > 0                           # the draft agrees sometimes, so rollbacks are mixed in
 
 
+def test_keep_logits_returns_the_last_rows_only(target):
+    target.reset()
+    full = target.forward(torch.tensor([[1, 5, 9, 13, 17]]))[0]
+    target.reset()
+    last = target.forward(torch.tensor([[1, 5, 9, 13, 17]]), keep_logits=2)[0]
+    assert last.shape == (2, target.vocab_size) and target.cache_length == 5
+    torch.testing.assert_close(last, full[-2:], atol=ATOL, rtol=1e-4)
+
+
+@pytest.mark.parametrize("drafting", [dict(tree=6), dict(tree=6, tree_drafter="sampled"), dict(tree="auto"),
+                                      dict(drafts=3, gamma=3), dict(drafts=3, gamma=3, design="A"),
+                                      dict(tree=5, tree_drafter="oracle")], ids=str)
+def test_greedy_tree_and_batch_decoding_on_llama_cpp_are_token_identical(target, draft, drafting):
+    # every drafter of the one engine on this backend: trees grown level by level, M root branches
+    for seed in range(2):
+        prompt = [1] + np.random.default_rng(10 + seed).integers(3, target.vocab_size, size=5).tolist()
+        ref = greedy_loop(target, prompt, 30)
+        out = speculative_decode(target, draft, prompt, 30, temperature=0.0, seed=seed, **drafting)
+        assert out.tokens == ref, drafting
+
+
 def test_greedy_equals_llama_cpp_own_generate(paths, target):
     from specbound.models.llamacpp_peers import llama_generate, open_llama
 

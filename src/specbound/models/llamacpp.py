@@ -290,9 +290,10 @@ class LlamaCppModel(LanguageModel):
                                  f"got tokens of shape {tuple(t.shape)}")
         return t[0].tolist()
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, keep_logits: int | None = None) -> torch.Tensor:
         toks = self._check_tokens(tokens)
-        return self._read(toks, self._tree.chain_parents(len(toks)), extend_chain=self._tree.is_chain)
+        return self._read(toks, self._tree.chain_parents(len(toks)), extend_chain=self._tree.is_chain,
+                          keep_logits=keep_logits)
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
         toks = self._check_tokens(tokens)
@@ -337,7 +338,8 @@ class LlamaCppModel(LanguageModel):
             positions.append(pos)
         return node_seqs, copies, positions, tips
 
-    def _read(self, toks: list[int], parents: list[int], extend_chain: bool) -> torch.Tensor:
+    def _read(self, toks: list[int], parents: list[int], extend_chain: bool,
+              keep_logits: int | None = None) -> torch.Tensor:
         self._alive()
         n = len(toks)
         if self._tree.length + n > self.n_ctx:
@@ -350,7 +352,8 @@ class LlamaCppModel(LanguageModel):
         lib, mem = self._lib, self._mem
         for src, dst, end in copies:
             lib.llama_memory_seq_cp(mem, src, dst, 0, end)
-        out = np.empty((n, self.vocab_size), dtype=np.float32)
+        first_out = max(0, n - keep_logits) if keep_logits else 0   # only the last rows' logits are computed
+        out = np.empty((n - first_out, self.vocab_size), dtype=np.float32)
         done = 0
         try:
             while done < n:
@@ -366,7 +369,7 @@ class LlamaCppModel(LanguageModel):
                     row = batch.seq_id[j]
                     for k, s in enumerate(seqs):
                         row[k] = s
-                    batch.logits[j] = 1
+                    batch.logits[j] = 1 if i >= first_out else 0
                 mark = len(_LOG_TAIL)
                 rc = lib.llama_decode(self._ctx, batch)
                 self.decode_calls += 1
@@ -374,8 +377,11 @@ class LlamaCppModel(LanguageModel):
                     reason = {1: "no free KV cells for the batch", 2: "aborted", -1: "invalid batch"}.get(
                         rc, "fatal error")
                     raise SpecboundError(f"{self.name}: llama_decode failed ({rc}: {reason}){_recent_errors(mark)}")
-                ptr = lib.llama_get_logits(self._ctx)
-                out[done:done + m] = np.ctypeslib.as_array(ptr, shape=(m, self.vocab_size))
+                rows = max(0, done + m - max(done, first_out))
+                if rows:
+                    ptr = lib.llama_get_logits(self._ctx)
+                    start = max(done, first_out) - first_out
+                    out[start:start + rows] = np.ctypeslib.as_array(ptr, shape=(rows, self.vocab_size))
                 done += m
         except BaseException:
             self._undo(node_seqs, copies, positions)
@@ -609,3 +615,23 @@ class LlamaCppTokenizer:
             messages=messages, add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token or "", eos_token=self.eos_token or "", **kwargs)
         return self.encode(text, add_special_tokens=False) if tokenize else text
+
+
+def load_gguf_pair(target, draft, progress: bool = True):
+    """A target/draft pair of GGUF files on llama.cpp (packaged names are assembled and verified by
+    :func:`specbound.assets.gguf.gguf_path`; anything else must be a .gguf path), checked to share one
+    vocabulary. Returns (target, draft, paths) — the paths a llama.cpp server would load."""
+    from ..assets.catalog import PACKAGED_MODELS
+    from ..assets.gguf import gguf_path
+
+    paths = {}
+    for role, name in (("target", target), ("draft", draft)):
+        paths[role] = str(gguf_path(name, progress=progress)) if str(name) in PACKAGED_MODELS else str(name)
+    target_model = LlamaCppModel(paths["target"], name=str(target))
+    draft_model = LlamaCppModel(paths["draft"], name=str(draft))
+    if target_model.vocab_size != draft_model.vocab_size:
+        raise SpecboundError(
+            f"vocabulary mismatch: target {target} has {target_model.vocab_size} tokens, draft {draft} has "
+            f"{draft_model.vocab_size}; pick a draft with the target's tokenizer"
+        )
+    return target_model, draft_model, paths
