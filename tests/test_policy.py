@@ -123,13 +123,18 @@ def test_stale_cached_profile_is_dropped_and_bad_cost_files_are_repaired(tmp_pat
     assert first.source == "measured" and key in read_cost_cache()
     again = load_or_measure_costs(target, draft, repeats=1)
     assert again.source == "cache" and again.target.seconds == first.target.seconds
-    # the run sees 3x the cached t(k): after a few rounds the entry is dropped (re-measured next run)
+    # the run sees 3x the cached t(k): decoding follows the run, and at its end the cached entry is
+    # replaced by the corrected curve (the next run starts from it, without re-measuring)
     model = CostModel(again)
     with pytest.warns(UserWarning, match="disagrees"):
         for k in (1, 2, 4, 8, 1):
             model.observe_target(k, 3 * float(again.target(k)))
-    assert key not in read_cost_cache()
     assert model.target(8) == pytest.approx(3 * float(again.target(8)), rel=1e-9)   # the run wins where it looked
+    model.persist()
+    stored = read_cost_cache()[key]
+    assert stored.source == "cache"                      # read back as a cached entry
+    assert float(stored.target(8)) == pytest.approx(3 * float(again.target(8)), rel=1e-6)
+    assert float(stored.target(64)) == pytest.approx(model.target(64), rel=1e-6)
     # malformed cost files: every case warns (naming the file), is ignored, and is measured again
     path = costs_file()
     entry = first.as_entry()

@@ -9,10 +9,11 @@ neither is constant in k, and both move between machines and moments (MODELS.md)
   is cached in ``<cache>/costs.json``; the file is validated when read — a bad entry is dropped
   with a warning naming the file and measured again; temporary models never write to it;
 * :class:`CostModel` corrects the prior online: every round's target pass and draft reads update
-  per-k observations; where the run has seen k, its recent median wins, elsewhere the prior is
-  scaled by the run's median observed/predicted ratio. When the prior disagrees with what the run
-  sees by more than ``stale_tolerance`` (25 %), the cached entry is dropped so the next run
-  re-measures; one busy-CPU calibration can therefore never steer decoding for good.
+  per-k observations; where the run has seen k, its recent median wins, elsewhere the prior's shape
+  is taken at the run's level. When the prior disagrees with what the run sees by more than
+  ``stale_tolerance`` (25 %), decoding follows the run and, at its end, the cached entry is replaced
+  by the corrected curves (:meth:`CostModel.persist`); one busy-CPU calibration can therefore never
+  steer decoding for good, and no later run pays for a re-measurement.
 """
 from __future__ import annotations
 
@@ -248,7 +249,7 @@ class CostModel:
         self.target = _OnlineCurve(measurement.target)
         self.draft = _OnlineCurve(measurement.draft)
         self.stale_tolerance = stale_tolerance
-        self.dropped = False
+        self.stale = False
 
     @classmethod
     def constant(cls, target_seconds: float = 1.0, draft_seconds: float = 0.0) -> "CostModel":
@@ -265,9 +266,27 @@ class CostModel:
 
     def _check_stale(self) -> None:
         off = self.target.disagreement()
-        if (not self.dropped and off is not None and off > self.stale_tolerance
-                and self.measurement.source == "cache" and self.measurement.key):
-            self.dropped = True
-            warnings.warn(f"the cached cost profile disagrees with this run by {off:.0%} (median): using online "
-                          "measurements and dropping the cached entry so the next run re-measures", stacklevel=3)
-            drop_cached_costs(self.measurement.key)
+        if not self.stale and off is not None and off > self.stale_tolerance:
+            self.stale = True
+            warnings.warn(f"the {self.measurement.source} cost profile disagrees with this run by {off:.0%} (median): "
+                          "decoding follows the run's own measurements, and the cached profile is replaced by them "
+                          "at the end of the run", stacklevel=3)
+
+    def persist(self) -> None:
+        """At the end of a run whose calibration proved stale: replace the cached entry by the
+        online-corrected curves (the run's own medians where it looked, the prior's shape at its level
+        elsewhere), so the next run starts from what this one saw instead of re-measuring."""
+        key = self.measurement.key
+        if not self.stale or not key:
+            return
+        ks = tuple(self.measurement.target.ks)
+        dks = tuple(self.measurement.draft.ks)
+        corrected = CostMeasurement(CostProfile(ks, tuple(self.target(k) for k in ks)),
+                                    CostProfile(dks, tuple(self.draft(k) for k in dks)),
+                                    source="online", key=key)
+        try:
+            entries = read_cost_cache()
+            entries[key] = corrected
+            _write_cost_cache(entries)
+        except (ValueError, SpecboundError):
+            drop_cached_costs(key)

@@ -184,6 +184,8 @@ class Speculator:
         except KeyboardInterrupt:
             metrics.interrupted = True
             raise DecodeInterrupted(result()) from None
+        finally:
+            self.drafter.finish()
         return result()
 
     def _round(self, committed: list[int], remaining: int, metrics: DecodeMetrics, rounds: list) -> Verdict:

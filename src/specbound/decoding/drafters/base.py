@@ -58,6 +58,12 @@ class Drafter(ABC):
     def observe(self, feedback: RoundFeedback) -> None:
         """After verification: keep the accepted path in the draft cache, learn from the round."""
 
+    def finish(self) -> None:
+        """After the last round (also after an interrupt): persist what the run learnt."""
+        budget = getattr(self, "budget", None)
+        if budget is not None:
+            budget.costs.persist()
+
     def describe(self) -> str:
         return self.name
 
