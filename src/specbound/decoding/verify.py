@@ -289,6 +289,10 @@ class Verdict:
 
 
 def _draw(law: torch.Tensor, generator) -> int:
+    """One token from ``law``; a point mass (greedy) is read off without sampling (same token, no RNG)."""
+    top, index = law.max(dim=-1)
+    if float(top) == 1.0:
+        return int(index)
     return int(torch.multinomial(law, 1, generator=generator))
 
 

@@ -78,15 +78,22 @@ class ChainDrafter(Drafter):
         tokens, laws, conf, values = [], [], [], []
         while True:
             if greedy:      # the arg-max chain is a deterministic tree: no draft law needed to verify it
-                check_logits(logits, self.model.name)
-                token = int(logits.argmax())
+                top, index = logits.max(dim=-1)
+                if not bool(torch.isfinite(top)):
+                    check_logits(logits, self.model.name)
+                token = int(index)
             else:
                 probs = logits_to_probs(logits, self.sampling, self.model.name)
                 token = int(sample_from(probs, generator))
                 laws.append(probs)
             tokens.append(token)
             if self.budget is not None:
-                q = token_probability(logits, token, self.confidence) if greedy else float(probs[token])
+                if not greedy:
+                    q = float(probs[token])
+                elif self.confidence.top_k is None and self.confidence.top_p is None:
+                    q = float(torch.exp(top - torch.logsumexp(logits, dim=-1)))     # softmax of the arg-max
+                else:
+                    q = token_probability(logits, token, self.confidence)
                 c = float(self.budget.calibration(q))
                 conf.append(q)
                 values.append((values[-1] if values else 1.0) * c)
