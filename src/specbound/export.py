@@ -95,11 +95,10 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 import shlex
 from dataclasses import dataclass
 
-from .errors import SpecboundError
+from .errors import SpecboundError, int_at_least
 
 __all__ = [
     "METHODS", "Recommendation", "EngineExport",
@@ -122,16 +121,7 @@ LLAMACPP_LEGACY_DOCS = ("https://github.com/ggml-org/llama.cpp/blob/master/docs/
 
 def _int(value, what: str, minimum: int) -> int:
     """``value`` as an int ≥ ``minimum`` (bools and floats rejected), else a clear error."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
-        raise SpecboundError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise SpecboundError(f"{what} must be an integer >= {minimum}, got {value!r} "
-                             f"of type {type(value).__name__}") from None
-    if number < minimum:
-        raise SpecboundError(f"{what} must be an integer >= {minimum}, got {number}")
-    return number
+    return int_at_least(value, minimum, what)
 
 
 def _float(value, what: str, low: float, high: float | None) -> float:

@@ -231,6 +231,15 @@ class SlotCacheModel(LanguageModel):
 
     slots: CacheTree
 
+    def check_tokens(self, tokens) -> torch.Tensor:
+        """``tokens`` as a LongTensor [1, k] of ids inside the vocabulary, else a clear error."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        if tokens.ndim != 2 or tokens.shape[0] != 1:
+            raise SpecboundError(f"{self.name}: expected tokens [1, k], got {tuple(tokens.shape)}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise SpecboundError(f"{self.name}: token ids outside [0, {self.vocab_size})")
+        return tokens
+
     @property
     def cache_length(self) -> int:
         return self.slots.length

@@ -39,25 +39,17 @@ class ChainModel(SlotCacheModel):
         self.slots.keep_path(base_length, path)
 
     def forward(self, tokens: torch.Tensor, keep_logits: int | None = None) -> torch.Tensor:
-        tokens = self._check(tokens)
+        tokens = self.check_tokens(tokens)
         parents = self.slots.chain_parents(tokens.shape[1])
         logits = self._read(tokens, parents, extend_chain=True)
         return logits[:, -keep_logits:] if keep_logits else logits
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
-        tokens = self._check(tokens)
+        tokens = self.check_tokens(tokens)
         parents = self.slots.check_parents(parents)
         if tokens.shape[1] != len(parents):
             raise SpecboundError(f"{self.name}: {tokens.shape[1]} tree tokens but {len(parents)} parents")
         return self._read(tokens, parents, extend_chain=False)
-
-    def _check(self, tokens) -> torch.Tensor:
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
-        if tokens.ndim != 2 or tokens.shape[0] != 1:
-            raise SpecboundError(f"{self.name}: expected tokens [1, k], got {tuple(tokens.shape)}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise SpecboundError(f"{self.name}: token ids outside [0, {self.vocab_size})")
-        return tokens
 
     def _read(self, tokens, parents, extend_chain: bool) -> torch.Tensor:
         base = self.slots.length

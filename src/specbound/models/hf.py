@@ -84,14 +84,6 @@ class HFModel(SlotCacheModel):
             self.cache.crop(len(kept) - old)
 
     # ------------------------------------------------------------------ forwards
-    def _check_tokens(self, tokens) -> torch.Tensor:
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
-        if tokens.ndim != 2 or tokens.shape[0] != 1:
-            raise SpecboundError(f"{self.name}: expected tokens [1, k], got {tuple(tokens.shape)}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise SpecboundError(f"{self.name}: token ids outside [0, {self.vocab_size})")
-        return tokens
-
     def _check_positions(self, positions: list[int]) -> None:
         limit = self.info.max_positions
         if limit is not None and positions and max(positions) >= limit:
@@ -110,7 +102,7 @@ class HFModel(SlotCacheModel):
 
     def forward(self, tokens: torch.Tensor, keep_logits: int | None = None) -> torch.Tensor:
         """Read a chain; ``keep_logits`` = m returns only the last m positions' logits (prefill: 1)."""
-        tokens = self._check_tokens(tokens)
+        tokens = self.check_tokens(tokens)
         k = tokens.shape[1]
         if not self.slots.is_chain:
             logits = self.forward_tree(tokens, self.slots.chain_parents(k))
@@ -123,7 +115,7 @@ class HFModel(SlotCacheModel):
         return logits
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
-        tokens = self._check_tokens(tokens)
+        tokens = self.check_tokens(tokens)
         parents = self.slots.check_parents(parents)
         if tokens.shape[1] != len(parents):
             raise SpecboundError(f"{self.name}: {tokens.shape[1]} tree tokens but {len(parents)} parents")

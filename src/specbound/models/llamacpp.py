@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelNotAvailable, SpecboundError, positive_int
-from .base import CacheTree, LanguageModel, ModelInfo, as_token_batch
+from .base import CacheTree, ModelInfo, SlotCacheModel
 
 __all__ = ["LlamaCppModel", "LlamaCppTokenizer", "available_threads", "gguf_sha256", "load_llama_cpp"]
 
@@ -129,7 +129,7 @@ def _check_gguf_path(path) -> Path:
     return path
 
 
-class LlamaCppModel(LanguageModel):
+class LlamaCppModel(SlotCacheModel):
     """A GGUF model behind the :class:`LanguageModel` protocol, with tree forwards.
 
     Args:
@@ -261,43 +261,28 @@ class LlamaCppModel(LanguageModel):
     def reset(self) -> None:
         self._alive()
         self._lib.llama_memory_clear(self._mem, False)
-        self._tree = CacheTree(self.name)
+        self.slots = CacheTree(self.name)
         self._slot_seqs: list[list[int]] = []   # per tree slot: sequences through it (first = for attention)
         self._tips: dict[int, int] = {0: -1}    # sequence -> deepest slot of its path (-1: empty cache)
 
-    @property
-    def cache_length(self) -> int:
-        return self._tree.length
-
-    @property
-    def committed_length(self) -> int:
-        return self._tree.chain
-
     def _parent(self, slot: int) -> int:
-        chain = self._tree.chain
-        return slot - 1 if slot < chain else self._tree.parents[slot - chain]
+        chain = self.slots.chain
+        return slot - 1 if slot < chain else self.slots.parents[slot - chain]
 
     def _primary(self, slot: int) -> int:
         """A sequence through ``slot`` (cached): its cells at positions <= pos(slot) are slot's path."""
-        chain = self._tree.chain
+        chain = self.slots.chain
         return 0 if slot < chain else self._slot_seqs[slot - chain][0]
 
     # ------------------------------------------------------------------ forwards
-    def _check_tokens(self, tokens) -> list[int]:
-        t = as_token_batch(tokens, self.vocab_size, name=f"{self.name} tokens")
-        if t.shape[0] != 1:
-            raise SpecboundError(f"{self.name}: the llama.cpp backend reads one sequence (batch 1), "
-                                 f"got tokens of shape {tuple(t.shape)}")
-        return t[0].tolist()
-
     def forward(self, tokens: torch.Tensor, keep_logits: int | None = None) -> torch.Tensor:
-        toks = self._check_tokens(tokens)
-        return self._read(toks, self._tree.chain_parents(len(toks)), extend_chain=self._tree.is_chain,
+        toks = self.check_tokens(tokens)[0].tolist()
+        return self._read(toks, self.slots.chain_parents(len(toks)), extend_chain=self.slots.is_chain,
                           keep_logits=keep_logits)
 
     def forward_tree(self, tokens: torch.Tensor, parents) -> torch.Tensor:
-        toks = self._check_tokens(tokens)
-        parents = self._tree.check_parents(list(parents))
+        toks = self.check_tokens(tokens)[0].tolist()
+        parents = self.slots.check_parents(list(parents))
         if len(parents) != len(toks):
             raise SpecboundError(f"{self.name}: {len(toks)} tree tokens but {len(parents)} parents")
         return self._read(toks, parents, extend_chain=False)
@@ -305,7 +290,7 @@ class LlamaCppModel(LanguageModel):
     def _plan(self, parents: list[int]):
         """Sequence ids of each new node (attention sequence first), sequences to copy before the
         decode, and the tips afterwards. Nothing in llama.cpp changes here."""
-        base = self._tree.length
+        base = self.slots.length
         tips = dict(self._tips)
         tip_owner = {}
         for s, t in sorted(tips.items(), reverse=True):
@@ -316,7 +301,7 @@ class LlamaCppModel(LanguageModel):
         positions: list[int] = []
         for i, p in enumerate(parents):
             slot = base + i
-            pos = 0 if p < 0 else (positions[p - base] if p >= base else self._tree.position(p)) + 1
+            pos = 0 if p < 0 else (positions[p - base] if p >= base else self.slots.position(p)) + 1
             s = tip_owner.pop(p, None)
             if s is None:
                 if not free:
@@ -331,7 +316,7 @@ class LlamaCppModel(LanguageModel):
                     a = parents[a - base]
                 # a is now the deepest cached node of the path (or -1 on an empty cache)
                 if a >= 0:
-                    copies.append((self._primary(a), s, self._tree.position(a) + 1))
+                    copies.append((self._primary(a), s, self.slots.position(a) + 1))
             tips[s] = slot
             tip_owner[slot] = s
             node_seqs.append([s])
@@ -342,9 +327,9 @@ class LlamaCppModel(LanguageModel):
               keep_logits: int | None = None) -> torch.Tensor:
         self._alive()
         n = len(toks)
-        if self._tree.length + n > self.n_ctx:
+        if self.slots.length + n > self.n_ctx:
             raise SpecboundError(
-                f"{self.name}: context full: {self._tree.length} cached + {n} new tokens exceed n_ctx={self.n_ctx}; "
+                f"{self.name}: context full: {self.slots.length} cached + {n} new tokens exceed n_ctx={self.n_ctx}; "
                 f"create the model with a larger n_ctx (the model was trained for "
                 f"{int(self._lib.llama_model_n_ctx_train(self._model))})"
             )
@@ -386,7 +371,7 @@ class LlamaCppModel(LanguageModel):
         except BaseException:
             self._undo(node_seqs, copies, positions)
             raise
-        self._tree.append(parents, extend_chain=extend_chain)
+        self.slots.append(parents, extend_chain=extend_chain)
         if not extend_chain:
             self._slot_seqs.extend(node_seqs)
         self._tips = tips
@@ -399,7 +384,7 @@ class LlamaCppModel(LanguageModel):
         for s in new:
             lib.llama_memory_seq_rm(mem, s, -1, -1)
         for s, tip in self._tips.items():
-            lib.llama_memory_seq_rm(mem, s, (self._tree.position(tip) + 1) if tip >= 0 else 0, -1)
+            lib.llama_memory_seq_rm(mem, s, (self.slots.position(tip) + 1) if tip >= 0 else 0, -1)
 
     # ------------------------------------------------------------------ rollback
     def _collapse_to_chain(self, length: int) -> None:
@@ -411,9 +396,9 @@ class LlamaCppModel(LanguageModel):
 
     def crop(self, length: int) -> None:
         self._alive()
-        old_chain = self._tree.chain
-        tree_before = (list(self._tree.parents), list(self._tree.positions))
-        length = self._tree.crop(length)             # validates; raises before anything changes
+        old_chain = self.slots.chain
+        tree_before = (list(self.slots.parents), list(self.slots.positions))
+        length = self.slots.crop(length)             # validates; raises before anything changes
         if length <= old_chain:
             self._collapse_to_chain(length)
             return
@@ -446,12 +431,12 @@ class LlamaCppModel(LanguageModel):
 
     def keep_path(self, base_length: int, path) -> None:
         self._alive()
-        old_chain = self._tree.chain
+        old_chain = self.slots.chain
         path = [int(s) for s in path]
         end = path[-1] if path else int(base_length) - 1
-        end_pos = self._tree.position(end) if 0 <= end < self._tree.length else None
+        end_pos = self.slots.position(end) if 0 <= end < self.slots.length else None
         end_seq = self._primary(end) if end >= old_chain and end_pos is not None else 0
-        kept = self._tree.keep_path(base_length, path)   # validates; raises before anything changes
+        kept = self.slots.keep_path(base_length, path)   # validates; raises before anything changes
         length = len(kept)
         if end < old_chain:
             self._collapse_to_chain(length)
