@@ -211,7 +211,8 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
 # ----------------------------------------------------------------------------------------------- check
 def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int, progress=None) -> None:
     """Run the recommended setting and a few others on held-out prompts; fill ``Setting.measured`` with
-    the measured speed-up over plain decoding (same prompts, same tokens, interleaved per prompt)."""
+    the measured speed-up over plain decoding (same prompts, same tokens, interleaved per prompt), in
+    decode tokens per second (prefill excluded, as in the prediction)."""
     for mode, m in advice.modes.items():
         sampling = MODES[mode]
         picks = {("chain", 2), ("chain", 4), ("chain", 8), ("tree", 8), ("tree", 16)}
@@ -220,11 +221,11 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
         ratios: dict[tuple, list[float]] = {p: [] for p in picks}
         for k, ids in enumerate(prompt_ids):
             plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=k)
-            base = plain.metrics.tokens_per_second
+            base = plain.metrics.decode_tokens_per_second
             for kind, size in sorted(picks):
                 kwargs = {"gamma": size} if kind == "chain" else {"tree": size}
                 res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=k, **kwargs)
-                ratios[(kind, size)].append(res.metrics.tokens_per_second / base)
+                ratios[(kind, size)].append(res.metrics.decode_tokens_per_second / base)
         for (kind, size), values in ratios.items():
             table = m.chain if kind == "chain" else m.tree
             table[size].measured = statistics.median(values)

@@ -199,6 +199,9 @@ _EXTRA_COMMANDS: list = [_register_real_model_commands, _register_analysis_comma
 
 
 def main(argv=None) -> int:
+    from .runtime import configure_process
+
+    configure_process()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["available_cores", "configure_threads"]
+__all__ = ["available_cores", "configure_process", "configure_threads"]
 
 
 def available_cores() -> int:
@@ -25,3 +25,17 @@ def configure_threads(requested: int = 0) -> int:
     threads = requested or available_cores()
     torch.set_num_threads(threads)
     return threads
+
+
+def configure_process() -> None:
+    """Run-time process settings of the command line, applied before torch (and its OpenMP runtime) loads.
+
+    ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a policy: idle OpenMP workers sleep instead of
+    spinning, so a neighbouring process on a 2-core machine does not turn each forward into a fight for
+    the cores (measured by ``specbound bench --contention``). Once torch is imported the policy can no
+    longer change, so this does nothing then.
+    """
+    import sys
+
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -47,6 +47,12 @@ class DecodeMetrics:
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.total_time if self.total_time > 0 else float("inf")
 
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens per second after the prompt (prefill excluded): the rate a speed-up prediction describes."""
+        seconds = self.total_time - self.prefill_time
+        return self.new_tokens / seconds if seconds > 0 else float("inf")
+
     def record_round(self, drafted: int, depth: int, accepted: int, tested: int, rejected: bool,
                      step_bias: list[float] | None = None) -> None:
         """One round: ``drafted`` nodes of depth ``depth``, ``accepted`` of them on the accepted path,
@@ -73,7 +79,8 @@ class DecodeMetrics:
         out = asdict(self)
         out.update(tau=self.tau, mean_accepted=self.mean_accepted,
                    acceptance_per_position=self.acceptance_per_position,
-                   tokens_per_second=self.tokens_per_second)
+                   tokens_per_second=self.tokens_per_second,
+                   decode_tokens_per_second=self.decode_tokens_per_second)
         return out
 
 

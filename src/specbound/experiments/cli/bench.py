@@ -29,6 +29,9 @@ def add_arguments(p) -> None:
     p.add_argument("--verify-cost", action="store_true",
                    help="instead: t(k)/t(1) of the target for k = 1..64, eager vs prepacked, with repeats and spread")
     p.add_argument("--repeats", type=int, default=5, help="repeats per k for --verify-cost (median and spread)")
+    p.add_argument("--contention", action="store_true",
+                   help="instead: slowdown of plain and speculative decoding beside one CPU hog, per OpenMP wait "
+                        "policy (PASSIVE, ACTIVE) and torch threads (2, 1)")
 
 
 def run(args) -> int:
@@ -46,6 +49,11 @@ def run(args) -> int:
         if bad or not given:
             raise SpecboundError(f"{name}: unknown {bad or 'empty list'}; choose from {', '.join(valid)}")
     out = check_output_dir(args.out)
+    if args.verify_cost and args.contention:
+        raise SpecboundError("--verify-cost and --contention are separate benchmarks: pick one")
+    if args.contention:
+        load_prompts(args.prompt_set, limit=1, offset=args.offset)      # a bad set/offset fails here, cheaply
+        return _contention(args, out)
     prompts = None if args.verify_cost else load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
     configure_threads(args.threads)
     if args.verify_cost:
@@ -60,6 +68,25 @@ def _verify_cost(args, out) -> int:
     report = run_verify_cost(args.target, repeats=args.repeats, out_dir=out)
     print(markdown(report))
     print(f"wrote {report['json_path']}", file=sys.stderr)
+    return 0
+
+
+def _contention(args, out) -> int:
+    from rich.console import Console
+
+    from ..contention import markdown, run_contention
+    from ..report import to_jsonable, write_json, write_text
+
+    console = Console(stderr=True)
+    with console.status("contention benchmark…") as status:
+        result = run_contention(args.target, args.draft, args.prompt_set, args.offset,
+                                repeats=max(2, min(args.repeats, 3)),
+                                progress=lambda text: status.update(f"contention benchmark: {text}"))
+    text = markdown(result, "specbound bench " + " ".join(sys.argv[2:]))
+    write_json(to_jsonable(result), out / "contention.json")
+    write_text(out / "contention.md", text)
+    print(text)
+    print(f"wrote {out / 'contention.json'} and {out / 'contention.md'}", file=sys.stderr)
     return 0
 
 
