@@ -78,5 +78,6 @@ def test_sigint_during_generation_stops_within_a_round_and_exits_130(tmp_path, e
     assert child.returncode == 130, err
     assert "Traceback" not in err, err
     assert "interrupted" in err
+    assert "(interrupted)" in err and "τ (tokens per target call)" in err     # the metrics so far are printed
     # one round here is at most a few 50 ms target reads; generous margin for a loaded CI machine
     assert stopped_after < 5.0, stopped_after
