@@ -61,10 +61,24 @@ def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True
 
     if engine == "torch":
         target_model, draft_model = load_pair(target, draft, progress, draft_int8=True)
-        return target_model, draft_model, {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False)),
-                                           "draft": str(resolve_model(draft or DEFAULT_DRAFT, progress=False))}
+        paths = {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False)),
+                 "draft": str(resolve_model(draft or DEFAULT_DRAFT, progress=False))}
+        paths.update(_packaged_gguf_paths(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT))
+        return target_model, draft_model, paths
     if engine == "llamacpp":
         from .llamacpp import load_gguf_pair
 
         return load_gguf_pair(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, progress=progress)
     raise SpecboundError(f"engine must be 'torch' or 'llamacpp', got {engine!r}")
+
+
+def _packaged_gguf_paths(target, draft) -> dict:
+    """``{"target_gguf", "draft_gguf"}`` when both are packaged models whose GGUF files are installed
+    (llama.cpp's server loads GGUF files, not the converted directories); else ``{}``."""
+    from ..assets.gguf import gguf_path
+
+    try:
+        return {"target_gguf": str(gguf_path(str(target), progress=False)),
+                "draft_gguf": str(gguf_path(str(draft), progress=False))}
+    except SpecboundError:
+        return {}

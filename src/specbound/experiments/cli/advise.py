@@ -67,7 +67,9 @@ def _advise(args, config, calibration, check, out) -> int:
     from rich.console import Console
 
     from ...advise import advise, measure_settings, recommendation
-    from ...export import export_all
+    from dataclasses import replace
+
+    from ...export import export_all, to_llamacpp_server
     from ...models.loading import load_engine_pair
     from ..advise_report import write_advice
     from ..llm import encode_prompts
@@ -82,7 +84,11 @@ def _advise(args, config, calibration, check, out) -> int:
     if check:
         advice.measured_prompts = [p.id for p in check]
         measure_settings(target, draft, advice, encode_prompts(target, check), args.check_tokens)
-    exports = export_all(recommendation(advice, paths["target"], paths["draft"], mode=config.modes[0]))
+    rec = recommendation(advice, paths["target"], paths["draft"], mode=config.modes[0])
+    exports = export_all(rec)
+    if paths.get("target_gguf"):            # llama.cpp's server loads the GGUF files, not converted directories
+        exports["llama.cpp"] = to_llamacpp_server(replace(
+            rec, target=paths["target_gguf"], draft=paths["draft_gguf"] if rec.draft is not None else None))
     command = "specbound advise " + " ".join(sys.argv[2:])
     written = write_advice(advice, exports, out, command)
     print((out / "advice.md").read_text())
