@@ -100,6 +100,7 @@ def main(argv=None) -> int:
             engine_ref = "llama.cpp plain" if "llama" in m else "torch plain"
             res[m]["identical_to_engine_greedy"] = res[m]["tokens"][:args.tokens] == res[engine_ref]["tokens"][:args.tokens]
             res[m]["ratio_to_llamacpp_plain"] = res[m]["tokens_per_second"] / res["llama.cpp plain"]["tokens_per_second"]
+        for m in methods:
             del res[m]["tokens"]
         rows.append({"prompt": prompt.id, "order": order, "runs": res})
     lines = [f"# Engines side by side: {args.prompt_set} prompts {args.offset}–{args.offset + len(prompts) - 1}, "

@@ -58,3 +58,14 @@ def test_bench_runs_every_method_and_resumes(tmp_path):
     assert back.rows[0].runs["hf-generate"].target_calls == 12
     text = bench_markdown(result, "specbound bench --test")
     assert "vs HF assisted-int8 (best)" in text and "specbound-tree" in text
+
+
+def test_greedy_identity_stops_at_the_answers_end():
+    from specbound.experiments.bench import same_greedy_answer
+    eos = {9}
+    ref = [1, 2, 3, 4, 5]                                   # HF with min_new_tokens: EOS masked
+    assert same_greedy_answer([1, 2, 3, 4, 5], ref, eos)
+    assert same_greedy_answer([1, 2, 9, 7, 7], ref, eos)     # answer ended where HF had to go on
+    assert not same_greedy_answer([1, 2, 4, 9, 7], ref, eos)  # differs before the end
+    assert not same_greedy_answer([1, 2, 3, 4], ref, eos)     # shorter without an end
+    assert not same_greedy_answer([1, 2, 3, 4, 6], ref, eos)

@@ -116,6 +116,24 @@ def _specbound(target, draft, ids, n, sampling: SamplingConfig, seed: int, **dra
                                  draft_seconds=m.draft_time, target_seconds=m.target_time)
 
 
+def end_of_sequence_ids(model) -> set[int]:
+    """The tokens that end an answer: the tokenizer's EOS and the generation config's (Qwen: <|im_end|>)."""
+    ids = {model.tokenizer.eos_token_id}
+    config_eos = getattr(getattr(model.model, "generation_config", None), "eos_token_id", None)
+    ids.update(config_eos if isinstance(config_eos, (list, tuple)) else [config_eos])
+    return {int(i) for i in ids if i is not None}
+
+
+def same_greedy_answer(tokens: list, reference: list, eos: set[int]) -> bool:
+    """Greedy identity with HF ``generate``, compared up to the method's first end-of-sequence token.
+
+    The HF runs pass ``min_new_tokens`` so every method writes the same number of tokens; that makes
+    HF mask EOS, while specbound (no stop tokens here) emits it where it is the target's argmax and
+    continues after it. Text after the answer's end is not comparable, the answer itself must be."""
+    end = next((i for i, t in enumerate(tokens) if t in eos), len(tokens))
+    return len(tokens) == len(reference) and tokens[:end] == reference[:end]
+
+
 def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig, seed: int):
     target = models["target"]
     if method == "hf-generate":
@@ -146,6 +164,7 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
 
     target = models["target"]
     methods = list(config.methods)
+    eos = end_of_sequence_ids(target)
     rows = []
     with progress_bar(progress) as bar:
         task = bar.add_task("bench", total=len(prompts) * len(config.modes) * len(methods))
@@ -168,7 +187,7 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
                         bar.advance(task)
                     if mode == "greedy" and "hf-generate" in tokens:
                         for method, toks in tokens.items():
-                            row.runs[method].identical = toks == tokens["hf-generate"]
+                            row.runs[method].identical = same_greedy_answer(toks, tokens["hf-generate"], eos)
                     return row
 
                 rows.append(journal.unit(f"{prompt.id}|{mode}", BenchRow, measure))

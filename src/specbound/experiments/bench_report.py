@@ -20,7 +20,9 @@ def bench_markdown(result: BenchResult, command: str = "") -> str:
     lines += ["Models: " + ", ".join(f"{k} = {v}" for k, v in result.models.items()),
               f"Machine: {result.machine}", "",
               "All methods in one process, interleaved per prompt in a rotated order; medians over prompts; "
-              "ratios are per prompt (median and minimum). τ = tokens per target forward.", ""]
+              "ratios are per prompt (median and minimum). τ = tokens per target forward. "
+              "\"greedy = generate\": the same tokens as HF generate up to the method's first end-of-sequence "
+              "token (HF runs with min_new_tokens, which masks EOS; specbound writes it and goes on).", ""]
     for mode, summary in result.summary.items():
         per = summary["methods"]
         lines += [f"## {mode}", "", f"Reference HF assisted-int8 configuration: {summary['best_assisted_int8']}", ""]

@@ -138,7 +138,8 @@ class LlamaCppModel(SlotCacheModel):
             training context, capped at 4096.
         n_threads: threads for decoding; default: the cores available to this process.
         n_batch: most tokens per ``llama_decode`` (longer reads are split; each token returns logits).
-        max_sequences: most tree sequences (≈ leaves of the cached tree + 1), ≤ 256.
+        max_sequences: most tree sequences (≈ leaves of the cached tree + 1); default and maximum: llama.cpp's
+            limit (256).
         flash_attn: True / False (default) / None (= llama.cpp's choice, "auto": on for CPU).
         kv_cache_type: "f32" (default) / "f16" / None (= llama.cpp's default, f16).
             The defaults make numerics batch-independent: logits of a token read alone or inside a
@@ -152,7 +153,7 @@ class LlamaCppModel(SlotCacheModel):
     """
 
     def __init__(self, path, n_ctx: int | None = None, n_threads: int | None = None, n_batch: int = 256,
-                 max_sequences: int = 64, flash_attn: bool | None = False, kv_cache_type: str | None = "f32",
+                 max_sequences: int | None = None, flash_attn: bool | None = False, kv_cache_type: str | None = "f32",
                  repack: bool = True, identity: str | None = "sha256", name: str | None = None,
                  seed_tokenizer: bool = True):
         lib = load_llama_cpp()
@@ -162,8 +163,10 @@ class LlamaCppModel(SlotCacheModel):
         self.name = name or path.name
         self.n_threads = available_threads() if n_threads is None else positive_int(n_threads, "n_threads")
         self.n_batch = positive_int(n_batch, "n_batch")
-        self.max_sequences = positive_int(max_sequences, "max_sequences")
         limit = int(lib.llama_max_parallel_sequences())
+        # the KV pool is unified, so sequences are metadata: default to llama.cpp's limit (a dynamic draft
+        # tree of capacity 64 keeps more than 64 leaves in the draft's cache between expansions)
+        self.max_sequences = min(256, limit) if max_sequences is None else positive_int(max_sequences, "max_sequences")
         if self.max_sequences > limit:
             raise SpecboundError(f"max_sequences must be <= {limit} (llama.cpp's limit), got {self.max_sequences}")
         if n_ctx is not None:
