@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..decoding import SamplingConfig, speculative_decode
+from ..models.tokens import stop_token_ids
 
 __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "run_bench", "summarise"]
 
@@ -116,14 +117,6 @@ def _specbound(target, draft, ids, n, sampling: SamplingConfig, seed: int, **dra
                                  draft_seconds=m.draft_time, target_seconds=m.target_time)
 
 
-def end_of_sequence_ids(model) -> set[int]:
-    """The tokens that end an answer: the tokenizer's EOS and the generation config's (Qwen: <|im_end|>)."""
-    ids = {model.tokenizer.eos_token_id}
-    config_eos = getattr(getattr(model.model, "generation_config", None), "eos_token_id", None)
-    ids.update(config_eos if isinstance(config_eos, (list, tuple)) else [config_eos])
-    return {int(i) for i in ids if i is not None}
-
-
 def same_greedy_answer(tokens: list, reference: list, eos: set[int]) -> bool:
     """Greedy identity with HF ``generate``, compared up to the method's first end-of-sequence token.
 
@@ -164,7 +157,7 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
 
     target = models["target"]
     methods = list(config.methods)
-    eos = end_of_sequence_ids(target)
+    eos = set(stop_token_ids(target))
     rows = []
     with progress_bar(progress) as bar:
         task = bar.add_task("bench", total=len(prompts) * len(config.modes) * len(methods))

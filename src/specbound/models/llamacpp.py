@@ -139,7 +139,7 @@ class LlamaCppModel(SlotCacheModel):
         n_threads: threads for decoding; default: the cores available to this process.
         n_batch: most tokens per ``llama_decode`` (longer reads are split; each token returns logits).
         max_sequences: most tree sequences (≈ leaves of the cached tree + 1); default and maximum: llama.cpp's
-            limit (256).
+            limit (``llama_max_parallel_sequences``, 256 in 0.3.36).
         flash_attn: True / False (default) / None (= llama.cpp's choice, "auto": on for CPU).
         kv_cache_type: "f32" (default) / "f16" / None (= llama.cpp's default, f16).
             The defaults make numerics batch-independent: logits of a token read alone or inside a
@@ -166,7 +166,7 @@ class LlamaCppModel(SlotCacheModel):
         limit = int(lib.llama_max_parallel_sequences())
         # the KV pool is unified, so sequences are metadata: default to llama.cpp's limit (a dynamic draft
         # tree of capacity 64 keeps more than 64 leaves in the draft's cache between expansions)
-        self.max_sequences = min(256, limit) if max_sequences is None else positive_int(max_sequences, "max_sequences")
+        self.max_sequences = limit if max_sequences is None else positive_int(max_sequences, "max_sequences")
         if self.max_sequences > limit:
             raise SpecboundError(f"max_sequences must be <= {limit} (llama.cpp's limit), got {self.max_sequences}")
         if n_ctx is not None:
