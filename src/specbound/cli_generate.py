@@ -5,6 +5,7 @@ import json
 import sys
 
 from .errors import SpecboundError
+from .options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
 
 
 def check_text(text: str, what: str) -> str:
@@ -68,6 +69,7 @@ def cmd_generate(args) -> int:
     from .assets.prompts import format_prompt
     from .decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
     from .models.loading import load_pair
+    from .options import check_draft_engine, check_precision
     from .models.tokens import stop_token_ids
     from .runtime import configure_threads
 
@@ -78,9 +80,16 @@ def cmd_generate(args) -> int:
     if args.max_new_tokens < 1:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     prompt = _pick_prompt(args)
+    check_precision(args.target_precision)
+    check_draft_engine(args.draft_engine)
+    if args.draft_engine == "llamacpp":
+        from .models.llamacpp import load_llama_cpp
+
+        load_llama_cpp()                   # not installed: say so before any model loads
     configure_threads(args.threads)
     with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
-        target, draft = load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32)
+        target, draft = load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32,
+                                  target_precision=args.target_precision, draft_engine=args.draft_engine)
     text = format_prompt(target.tokenizer, prompt)
     ids = target.tokenizer(text, return_tensors="pt").input_ids
     if ids.shape[1] == 0:
@@ -125,26 +134,33 @@ def cmd_generate(args) -> int:
 
 def _report(result, baseline, target, draft, prompt) -> dict:
     m = result.metrics
-    out = {"target": target.name, "draft": draft.name, "method": result.method, "prompt_id": prompt.id,
+    out = {"target": target.name, "draft": draft.name,
+           "target_kernels": f"{target.info.backend}:{target.info.kernels}",
+           "draft_kernels": f"{draft.info.backend}:{draft.info.kernels}",
+           "method": result.method, "prompt_id": prompt.id,
            "sampling": result.sampling, "lossless": result.lossless, "interrupted": m.interrupted,
            "new_tokens": m.new_tokens, "tau": m.tau, "target_calls": m.target_calls, "rejections": m.rejections,
            "plain_steps": m.plain_steps, "acceptance_per_position": m.acceptance_per_position,
-           "tokens_per_second": m.tokens_per_second, "draft_time": m.draft_time, "target_time": m.target_time,
-           "verify_time": m.verify_time, "prefill_time": m.prefill_time, "total_time": m.total_time,
+           "tokens_per_second": m.tokens_per_second, "decode_tokens_per_second": m.decode_tokens_per_second,
+           "draft_time": m.draft_time, "target_time": m.target_time, "verify_time": m.verify_time,
+           "prefill_time": m.prefill_time, "calibration_time": m.calibration_time, "total_time": m.total_time,
            "drafted_per_round": m.drafted_per_step, "depth_per_round": m.depth_per_step,
            "expected_bias": m.expected_bias, "text_tokens": result.tokens}
     if baseline is not None:
         b = baseline.metrics
-        out["baseline"] = {"tokens_per_second": b.tokens_per_second, "total_time": b.total_time,
+        out["baseline"] = {"tokens_per_second": b.tokens_per_second, "decode_tokens_per_second": b.decode_tokens_per_second,
+                           "total_time": b.total_time, "prefill_time": b.prefill_time,
                            "identical_tokens": baseline.tokens == result.tokens}
-        out["speedup_vs_target"] = m.tokens_per_second / b.tokens_per_second
+        out["speedup_vs_target"] = m.decode_tokens_per_second / b.decode_tokens_per_second
+        out["speedup_end_to_end"] = m.tokens_per_second / b.tokens_per_second
     return out
 
 
 def _print_report(r: dict, console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{r['method']}: {r['target']} ← {r['draft']} ({r['sampling']})", show_header=False)
+    table = Table(title=f"{r['method']}: {r['target']} [{r['target_kernels']}] ← {r['draft']} [{r['draft_kernels']}] "
+                        f"({r['sampling']})", show_header=False)
     table.add_column(style="bold")
     table.add_column()
     acc = ", ".join(f"{a:.2f}" for a in r["acceptance_per_position"][:12] if a == a)
@@ -156,16 +172,22 @@ def _print_report(r: dict, console) -> None:
         ("acceptance per draft depth", acc or "-"),
         ("drafted per round", f"mean {sum(drafted) / rounds:.2f} tokens, depth {sum(depth) / rounds:.2f}, "
                               f"plain steps {r['plain_steps']}"),
-        ("tokens/s", f"{r['tokens_per_second']:.2f}"),
+        ("tokens/s: decoding / end to end", f"{r['decode_tokens_per_second']:.2f} / {r['tokens_per_second']:.2f}"
+                                            "  (end to end = prefill + decoding)"),
         ("time: prefill / draft / target / verify", f"{r['prefill_time']:.2f} / {r['draft_time']:.2f} / "
                                                     f"{r['target_time']:.2f} / {r['verify_time']:.2f} s"),
     ]
+    if r["calibration_time"] > 0:
+        rows.append(("one-time cost calibration", f"{r['calibration_time']:.2f} s (cached for this pair: later runs "
+                                                  "skip it; not in the figures above)"))
     if not r["lossless"]:
         rows.append(("expected TV bias (sum over positions)", f"{r['expected_bias']:.4f}  (biased on purpose)"))
     if "baseline" in r:
-        rows.append(("plain target decoding", f"{r['baseline']['tokens_per_second']:.2f} tokens/s → speed-up "
-                                              f"{r['speedup_vs_target']:.2f}×, identical tokens: "
-                                              f"{r['baseline']['identical_tokens']}"))
+        b = r["baseline"]
+        rows.append(("plain decoding of the same target",
+                     f"{b['decode_tokens_per_second']:.2f} / {b['tokens_per_second']:.2f} tokens/s (decoding / end to "
+                     f"end) → speed-up {r['speedup_vs_target']:.2f}× decoding, {r['speedup_end_to_end']:.2f}× end to "
+                     f"end; identical tokens: {b['identical_tokens']}"))
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)
@@ -224,6 +246,13 @@ def register(sub) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available to this process)")
+    p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
+                   help=f"the target you run (default {DEFAULT_TARGET_PRECISION}): int8 = int8 weights and activations "
+                        "(~3x cheaper per pass, a slightly different model; decoding is lossless with respect to "
+                        "it), fp32 = the packaged weights dequantised to float32")
+    p.add_argument("--draft-engine", default="torch", choices=list(DRAFT_ENGINES),
+                   help="where the draft runs: torch (int8) or llamacpp (the draft's GGUF file, needs "
+                        "specbound[llamacpp]); the target stays on torch")
     p.add_argument("--eager", action="store_true", help="keep eager linear layers (no oneDNN prepacking)")
     p.add_argument("--draft-fp32", action="store_true",
                    help="keep the draft in fp32 (default: int8 weights, ~3x cheaper per drafted token, "

@@ -58,9 +58,22 @@ MARKER_FILE = "specbound-source.json"
 CONVERTER_PACKAGES: tuple[str, ...] = ("gguf>=0.10.0", "accelerate>=1.0")
 
 
-def converted_dir(name: str) -> Path:
-    """Where the converted Hugging Face directory of packaged model ``name`` lives."""
-    return cache_root() / "models" / name
+#: Precisions a packaged model can be cached in: fp32 (a Hugging Face directory) or int8 (a
+#: quantised model written by a builder from the models layer, see specbound.models.int8).
+PRECISIONS = ("fp32", "int8")
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise SpecboundError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+def converted_dir(name: str, precision: str = "fp32") -> Path:
+    """Where the converted directory of packaged model ``name`` lives (``<name>`` for fp32,
+    ``<name>@int8`` for the int8 model)."""
+    check_precision(precision)
+    return cache_root() / "models" / (name if precision == "fp32" else f"{name}@{precision}")
 
 
 @dataclass(frozen=True)
@@ -99,10 +112,10 @@ def _read_marker(directory: Path) -> dict | None:
     return marker if isinstance(marker, dict) else None
 
 
-def check_converted(name: str, *, full: bool = False) -> CacheCheck:
+def check_converted(name: str, *, full: bool = False, precision: str = "fp32") -> CacheCheck:
     """Inspect the converted directory of ``name`` without changing anything (see module doc)."""
     model = get_packaged_model(name)
-    directory = converted_dir(name)
+    directory = converted_dir(name, precision)
 
     def result(state: str, problems=()) -> CacheCheck:
         return CacheCheck(name, directory, state, tuple(problems))
@@ -112,6 +125,8 @@ def check_converted(name: str, *, full: bool = False) -> CacheCheck:
     marker = _read_marker(directory)
     if marker is None:
         return result("damaged", [f"{MARKER_FILE}: missing or unreadable (an incomplete or foreign directory)"])
+    if marker.get("precision", "fp32") != precision:
+        return result("damaged", [f"{MARKER_FILE}: holds a {marker.get('precision')} model, expected {precision}"])
     if marker.get("source_sha256") != model.sha256:
         return result("damaged", [f"{MARKER_FILE}: converted from a GGUF with sha256 "
                                   f"{marker.get('source_sha256')}, expected {model.sha256}"])
@@ -119,6 +134,8 @@ def check_converted(name: str, *, full: bool = False) -> CacheCheck:
         manifest = read_manifest(directory)
     except CacheCorrupt as exc:
         return result("damaged", [str(exc)])
+    if manifest is None and precision != "fp32":
+        return result("damaged", ["manifest missing"])
     if manifest is None:
         problems = structure_problems(directory)
         return result("damaged" if problems else "legacy", problems)
@@ -193,14 +210,16 @@ def _save_plain(model, tokenizer, directory: Path) -> None:
     tokenizer.save_pretrained(str(directory))
 
 
-def _write_marker(directory: Path, model: PackagedModel, seconds: float) -> None:
+def _write_marker(directory: Path, model: PackagedModel, seconds: float, precision: str = "fp32",
+                  extra: dict | None = None) -> None:
     """Record where a converted directory came from."""
     import torch
     import transformers
 
     atomic_write_json(directory / MARKER_FILE, {
         "name": model.name, "source_gguf": model.gguf_name, "source_size": model.size,
-        "source_sha256": model.sha256, "source_packages": model.requirements, "dtype": "float32",
+        "source_sha256": model.sha256, "source_packages": model.requirements,
+        "dtype": "float32" if precision == "fp32" else precision, "precision": precision, **(extra or {}),
         "transformers_version": transformers.__version__, "torch_version": torch.__version__,
         "conversion_seconds": round(seconds, 1), "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     })
@@ -215,14 +234,14 @@ def _make_readable(directory: Path) -> None:
             os.chmod(path, dir_mode & 0o666)
 
 
-def _move_into_place(staging: Path, final: Path, name: str, *, replace: bool) -> None:
+def _move_into_place(staging: Path, final: Path, name: str, *, replace: bool, precision: str = "fp32") -> None:
     """Rename a finished staging directory to ``final``.
 
     A healthy conversion that another process finished meanwhile is kept unless ``replace``; an
     existing damaged or replaced one is first renamed to a hidden sibling, then deleted.
     """
     if final.exists():
-        if not replace and check_converted(name).state == "ok":
+        if not replace and check_converted(name, precision=precision).state == "ok":
             return
         trash = make_staging_dir(final.parent, name)
         os.replace(final, trash / name)
@@ -232,19 +251,26 @@ def _move_into_place(staging: Path, final: Path, name: str, *, replace: bool) ->
     os.replace(staging, final)
 
 
-def convert_packaged_model(name: str, *, force: bool = False, progress: bool = True) -> Path:
-    """Make sure ``<cache>/models/<name>`` holds a healthy conversion of packaged model ``name``.
+def convert_packaged_model(name: str, *, force: bool = False, progress: bool = True, precision: str = "fp32",
+                           builder=None) -> Path:
+    """Make sure ``converted_dir(name, precision)`` holds a healthy conversion of packaged model ``name``.
 
     A healthy cache is returned at once (a legacy one gets its manifest); a missing or damaged
-    one is (re)built from the installed packages, as is any with ``force``. Peak memory is about
-    9 GB for the 1.5B model. Raises :class:`ModelNotAvailable` naming the install command when
-    packages are missing, :class:`~specbound.assets.cache.CacheNotWritable` naming the directory
-    when the cache cannot be written; Ctrl-C leaves no partial directory and is re-raised.
+    one is (re)built from the installed packages, as is any with ``force``. fp32: the GGUF is
+    dequantized and saved (peak memory about 9 GB for the 1.5B model). Other precisions need a
+    ``builder(model, tokenizer, directory) -> dict`` that writes the quantised files from the fp32
+    model (read from the fp32 cache when it exists, else dequantized in memory: no fp32 copy is
+    written); its dict is recorded in the marker. Raises :class:`ModelNotAvailable` naming the
+    install command when packages are missing, :class:`~specbound.assets.cache.CacheNotWritable`
+    naming the directory when the cache cannot be written; Ctrl-C leaves no partial directory.
     """
+    check_precision(precision)
+    if precision != "fp32" and builder is None:
+        raise SpecboundError(f"converting {name} to {precision} needs a builder (specbound.models.loading)")
     model = get_packaged_model(name)
-    final = converted_dir(name)
+    final = converted_dir(name, precision)
     if not force:
-        check = check_converted(name)
+        check = check_converted(name, precision=precision)
         if check.state == "ok":
             return final
         if check.state == "legacy":
@@ -253,35 +279,50 @@ def convert_packaged_model(name: str, *, force: bool = False, progress: bool = T
         if check.state == "damaged":
             _log(f"{name}: cached conversion in {final} is damaged ({'; '.join(check.problems)}); rebuilding it",
                  progress)
-    locate_files(model)  # fail before any work when a package is missing
-    _check_converter_packages()
+    fp32_cache = precision != "fp32" and check_converted(name).usable
+    if not fp32_cache:
+        locate_files(model)  # fail before any work when a package is missing
+        _check_converter_packages()
     parent = writable_dir(final.parent)
-    remove_stale_staging(parent, name)
+    remove_stale_staging(parent, final.name)
     start = time.perf_counter()
-    gguf = gguf_path(name, verify=True, progress=progress)
-    staging = make_staging_dir(parent, name)
+    staging = make_staging_dir(parent, final.name)
     try:
-        _log(f"{name}: GGUF checksum ok; dequantizing to float32 with transformers (1-2 minutes)", progress)
         import torch
 
-        hf_model, tokenizer = _load_from_gguf(gguf.parent, gguf.name, torch.float32)
-        _save_plain(hf_model, tokenizer, staging)
+        if fp32_cache:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            source = converted_dir(name)
+            _log(f"{name}: quantising the cached fp32 model to {precision}", progress)
+            tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+            hf_model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32, local_files_only=True)
+        else:
+            gguf = gguf_path(name, verify=True, progress=progress)
+            _log(f"{name}: GGUF checksum ok; dequantizing to float32 with transformers (1-2 minutes)", progress)
+            hf_model, tokenizer = _load_from_gguf(gguf.parent, gguf.name, torch.float32)
+        extra = None
+        if precision == "fp32":
+            _save_plain(hf_model, tokenizer, staging)
+        else:
+            _log(f"{name}: quantising to {precision}", progress)
+            extra = builder(hf_model.eval(), tokenizer, staging)
         del hf_model
-        _write_marker(staging, model, time.perf_counter() - start)
+        _write_marker(staging, model, time.perf_counter() - start, precision, extra)
         problems = structure_problems(staging)
         if problems:
             raise SpecboundError(f"converting {name} produced an unusable directory: {'; '.join(problems)}")
         _log(f"{name}: recording sizes and sha256 of the converted files", progress)
         write_manifest(staging, info=_manifest_info(model, "conversion"))
         _make_readable(staging)
-        _move_into_place(staging, final, name, replace=force)
+        _move_into_place(staging, final, name, replace=force, precision=precision)
     except OSError as exc:
         if is_write_error(exc):
             raise not_writable(parent, exc) from None
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    _log(f"{name}: converted in {time.perf_counter() - start:.0f} s -> {final}", progress)
+    _log(f"{name}: converted to {precision} in {time.perf_counter() - start:.0f} s -> {final}", progress)
     return final
 
 

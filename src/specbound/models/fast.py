@@ -84,11 +84,22 @@ def _release_pages(tensor: torch.Tensor) -> None:
             pass
 
 
+def trim_heap() -> None:
+    """Hand the C heap's free memory back to the OS (glibc ``malloc_trim``): converting layers frees
+    many medium-sized temporaries that glibc otherwise keeps, ~0.6x the weights of RSS."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _swap(model: nn.Module, match, make) -> int:
     """Replace every sub-module for which ``match`` holds by ``make(module)``, releasing the pages of
     the replaced weights that no other parameter shares."""
     shared: dict[int, int] = {}
-    for p in model.parameters():
+    for _, p in model.named_parameters(remove_duplicate=False):    # a tied weight counts twice
         shared[p.data_ptr()] = shared.get(p.data_ptr(), 0) + 1
     count = 0
     for parent in list(model.modules()):
@@ -100,6 +111,7 @@ def _swap(model: nn.Module, match, make) -> int:
             for p in child.parameters(recurse=False):
                 if shared.get(p.data_ptr(), 0) == 1:
                     _release_pages(p.data)
+    trim_heap()
     return count
 
 

@@ -4,65 +4,126 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, load_hf_model, model_identity
+from ..assets.models import (
+    DEFAULT_DRAFT, DEFAULT_TARGET, is_packaged_name, load_hf_model, model_identity, resolve_model,
+)
 from ..errors import SpecboundError
-from .fast import prepack_linears, quantize_int8
+from .fast import prepack_linears
 from .hf import HFModel
+from .int8 import load_int8, quantize_int8, save_int8
+from ..options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine, check_precision
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "load_engine_pair", "load_model", "load_pair"]
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_KERNELS", "TARGET_PRECISIONS", "build_int8",
+           "check_draft_engine", "check_precision", "check_same_tokenizer", "load_engine_pair", "load_gguf_model",
+           "load_model", "load_pair"]
+
+#: Kernel name of int8 models (part of the cost-cache key and of every report).
+INT8_KERNELS = "int8-fbgemm (per-channel weights, per-token activations)"
 
 
-def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: bool = False) -> HFModel:
+def build_int8(model, tokenizer, directory) -> dict:
+    """Quantise a float model (:func:`~specbound.models.int8.quantize_int8`) and write it into
+    ``directory``; the builder the int8 model cache uses. Returns what the cache marker records."""
+    quantize_int8(model)
+    save_int8(model, tokenizer, directory, info={"kernels": INT8_KERNELS})
+    return {"kernels": INT8_KERNELS}
+
+
+def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: bool = False,
+               precision: str | None = None) -> HFModel:
     """A packaged model name (see ``specbound models``) or a local model directory, as an HFModel.
 
-    ``prepack`` swaps the linear layers for oneDNN-prepacked ones (exact in fp32, see
-    :mod:`specbound.models.fast`); ``int8`` quantises them instead (lossy: for drafts only).
+    ``precision="fp32"`` (or ``int8=False``): the float model, with ``prepack`` swapping the linear
+    layers for oneDNN-prepacked ones (exact in fp32, see :mod:`specbound.models.fast`).
+    ``precision="int8"`` (or ``int8=True``): int8 weights and activations (:mod:`.int8`) — a
+    different model from the fp32 one; speculative decoding is lossless with respect to it. A
+    packaged model is quantised once and cached (``<cache>/models/<name>@int8``; the fp32 copy is
+    never written for it); a local directory is quantised at load.
     """
+    precision = check_precision("int8" if int8 else (precision or "fp32"))
     t0 = time.perf_counter()
-    model, tokenizer = load_hf_model(name_or_path, progress=progress)
-    if int8:
+    if precision == "int8" and is_packaged_name(name_or_path):
+        directory = resolve_model(name_or_path, progress=progress, precision="int8", builder=build_int8)
+        model, tokenizer = load_int8(directory)
+        kernels = INT8_KERNELS
+    elif precision == "int8":
+        model, tokenizer = load_hf_model(name_or_path, progress=progress)
         quantize_int8(model)
-        kernels = "int8-dynamic"
-    elif prepack and prepack_linears(model):
-        kernels = "onednn-prepacked"
+        kernels = INT8_KERNELS
     else:
-        kernels = "eager"
+        model, tokenizer = load_hf_model(name_or_path, progress=progress)
+        kernels = "onednn-prepacked" if prepack and prepack_linears(model) else "eager"
     wrapped = HFModel(model, tokenizer, name=str(name_or_path))
     # identity: content key for cost caches (None for temporary directories: never cached globally)
     wrapped.info = replace(wrapped.info, kernels=kernels, identity=model_identity(name_or_path),
                            load_seconds=time.perf_counter() - t0)
+    wrapped.precision = precision
     return wrapped
 
 
-def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = True,
-              draft_int8: bool = False) -> tuple[HFModel, HFModel]:
-    """Target and draft (defaults: the embedded Qwen2.5-Coder 1.5B / 0.5B pair), checked to share
-    one vocabulary and tokenizer before any decoding starts. The target is only ever prepacked
-    (exact); ``draft_int8`` quantises the draft (lossy for the draft, harmless for the output law)."""
-    target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack)
-    draft_model = load_model(draft or DEFAULT_DRAFT, progress, prepack=prepack, int8=draft_int8)
+def load_gguf_model(name_or_path, progress: bool = True):
+    """A packaged model's GGUF file (assembled and verified once) or a ``.gguf`` path, on llama.cpp."""
+    from ..assets.gguf import gguf_path
+    from .llamacpp import LlamaCppModel
+
+    path = gguf_path(str(name_or_path), progress=progress) if is_packaged_name(name_or_path) else name_or_path
+    return LlamaCppModel(path, name=str(name_or_path))
+
+
+def check_same_tokenizer(target_model, draft_model) -> None:
+    """Refuse a pair whose vocabularies or token ids differ (before any decoding)."""
     if target_model.vocab_size != draft_model.vocab_size:
         raise SpecboundError(
             f"vocabulary mismatch: target {target_model.name} has {target_model.vocab_size} logits, "
             f"draft {draft_model.name} has {draft_model.vocab_size}; pick a draft with the target's tokenizer"
         )
     t_tok, d_tok = target_model.tokenizer, draft_model.tokenizer
-    if t_tok is not None and d_tok is not None and t_tok.get_vocab() != d_tok.get_vocab():
+    if t_tok is None or d_tok is None:
+        return
+    if type(t_tok) is type(d_tok):
+        same = t_tok.get_vocab() == d_tok.get_vocab()
+    else:          # two engines' tokenizers (e.g. Hugging Face and llama.cpp): compare what they produce
+        probe = "def f(x):\n    return x * 2  # héllo, wörld! 12345 \t<tab> 中文"
+        same = [int(i) for i in t_tok(probe, add_special_tokens=False)["input_ids"]] == \
+            [int(i) for i in d_tok(probe, add_special_tokens=False)["input_ids"]]
+    if not same:
         raise SpecboundError(
             f"tokenizer mismatch: {target_model.name} and {draft_model.name} map tokens to different ids"
         )
+
+
+def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = True,
+              draft_int8: bool = False, target_precision: str = "fp32", draft_engine: str = "torch"):
+    """Target and draft (defaults: the embedded Qwen2.5-Coder 1.5B / 0.5B pair), checked to share
+    one vocabulary and tokenizer before any decoding starts. ``target_precision`` picks the target
+    the user runs (fp32, prepacked; or int8 — lossless SD is with respect to that target);
+    ``draft_int8`` quantises a torch draft (lossy for the draft, harmless for the output law);
+    ``draft_engine="llamacpp"`` runs the draft's GGUF file on llama.cpp instead (mixed backends:
+    the draft only proposes, so its engine never changes the output law)."""
+    check_precision(target_precision)
+    check_draft_engine(draft_engine)
+    target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack, precision=target_precision)
+    if draft_engine == "llamacpp":
+        draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress)
+    else:
+        draft_model = load_model(draft or DEFAULT_DRAFT, progress, prepack=prepack, int8=draft_int8)
+    check_same_tokenizer(target_model, draft_model)
     return target_model, draft_model
 
 
-def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True):
-    """Target and draft on ``engine`` — "torch" (oneDNN-prepacked fp32 target, int8 draft) or
-    "llamacpp" (the GGUF files, read directly) — plus the model paths a serving engine would load."""
-    from ..assets.models import resolve_model
-
+def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True, target_precision: str = "fp32",
+                     draft_engine: str | None = None):
+    """Target and draft on ``engine`` — "torch" (oneDNN-prepacked fp32 or int8 target; int8 draft,
+    or the draft's GGUF on llama.cpp with ``draft_engine="llamacpp"``) or "llamacpp" (both GGUF
+    files, read directly) — plus the model paths a serving engine would load."""
     if engine == "torch":
-        target_model, draft_model = load_pair(target, draft, progress, draft_int8=True)
-        paths = {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False)),
-                 "draft": str(resolve_model(draft or DEFAULT_DRAFT, progress=False))}
+        target_model, draft_model = load_pair(target, draft, progress, draft_int8=True,
+                                              target_precision=target_precision, draft_engine=draft_engine or "torch")
+        paths = {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False, precision=target_precision,
+                                             builder=build_int8))}
+        if (draft_engine or "torch") == "torch":
+            paths["draft"] = str(resolve_model(draft or DEFAULT_DRAFT, progress=False, precision="int8",
+                                               builder=build_int8))
         paths.update(_packaged_gguf_paths(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT))
         return target_model, draft_model, paths
     if engine == "llamacpp":

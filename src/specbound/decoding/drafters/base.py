@@ -16,6 +16,7 @@ import torch
 
 from ...errors import SpecboundError
 from ...models.base import LanguageModel
+from ..costs import CostModel, load_or_measure_costs
 from ..sampling import SamplingConfig
 from ..tree import DraftTree
 from ..verify import Verdict
@@ -43,11 +44,22 @@ class Drafter(ABC):
     #: proposes trees that are not chains, so the target must implement ``forward_tree``
     needs_tree_target: bool = False
 
+    #: seconds the last :meth:`start` spent measuring costs (one-time set-up, not decoding)
+    calibration_time: float = 0.0
+
     def __init__(self, sampling: SamplingConfig):
         self.sampling = sampling
 
+    def calibrated_costs(self, target: LanguageModel) -> CostModel:
+        """The pair's cost model (the cached calibration, else measured now; the time spent measuring
+        is kept in :attr:`calibration_time` so reports can show it apart from prefill and decoding)."""
+        measurement = load_or_measure_costs(target, self.model)
+        self.calibration_time = measurement.seconds
+        return CostModel(measurement)
+
     def start(self, target: LanguageModel, prompt: list[int]) -> None:
         """Before the first round: read the prompt (all but its last token) into the draft model."""
+        self.calibration_time = 0.0
         if self.model is not None:
             self.model.prefill(prompt[:-1])
 

@@ -18,7 +18,6 @@ import torch
 
 from ...errors import SpecboundError
 from ...models.base import LanguageModel
-from ..costs import CostModel, load_or_measure_costs
 from ..policy import DraftBudget
 from ..sampling import SamplingConfig, check_logits, logits_to_probs, sample_from, token_probability
 from ..tree import DraftTree
@@ -60,7 +59,7 @@ class ChainDrafter(Drafter):
     def start(self, target, prompt):
         super().start(target, prompt)
         if self.gamma == "auto" and self.budget is None:
-            self.budget = DraftBudget(CostModel(load_or_measure_costs(target, self.model)))
+            self.budget = DraftBudget(self.calibrated_costs(target))
 
     def propose(self, committed, max_depth, generator):
         t0 = time.perf_counter()

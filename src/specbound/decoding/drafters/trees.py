@@ -18,7 +18,6 @@ import torch
 
 from ...errors import SpecboundError, positive_int
 from ...models.base import LanguageModel
-from ..costs import CostModel, load_or_measure_costs
 from ..policy import DraftBudget
 from ..sampling import SamplingConfig, logits_to_probs
 from ..tree import DraftTree
@@ -89,7 +88,7 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
     def start(self, target, prompt):
         super().start(target, prompt)
         if self.auto and self.budget is None:
-            self.budget = DraftBudget(CostModel(load_or_measure_costs(target, self.model)), max_nodes=self.capacity)
+            self.budget = DraftBudget(self.calibrated_costs(target), max_nodes=self.capacity)
 
     def _children(self, logits: torch.Tensor, limit: int) -> tuple[list[float], list[int]]:
         probs = logits_to_probs(logits, self.rank_config, self.model.name)

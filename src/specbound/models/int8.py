@@ -1,0 +1,366 @@
+"""int8 weights for CPU targets and drafts: per-channel weight scales, per-token activation scales.
+
+A target quantised to int8 is a *different target* (as llama.cpp's Q4_K_M is): speculative
+decoding stays lossless with respect to it, never with respect to the fp32 model it came from.
+So the quantised model must be a well-defined function of its input, and as close to fp32 as the
+kernel allows. :class:`Int8Linear` gives both on x86 CPUs with fbgemm (``torch.ops.quantized``):
+
+* **per-channel weight scales** — each output row gets its own scale ``max|w_row| / 127``;
+* **per-token activation scales** — each input row x is divided by ``m = max|x|`` and a constant
+  *anchor row* holding −1 and +1 is appended before fbgemm's dynamic quantisation, which picks
+  one (asymmetric) scale for the whole call from its min and max. With the anchor, that scale is
+  the same for every call, so each row is quantised exactly as it would be alone; int8×int8 products
+  accumulate exactly in int32, and the row is multiplied back by its own m. The layer is therefore
+  **batch-invariant** (a row's output does not depend on the other rows in the call: tested bit for
+  bit), which is what lets the verify pass of k drafted tokens agree with one-token decoding.
+  (fbgemm's default dynamic linear scales activations per *tensor*: a token's logits then depend on
+  the other tokens of the pass, and greedy speculative output drifts from the model's own greedy
+  decoding at near-ties.) The anchor row also keeps every call at ≥ 2 rows, which avoids x86's slow
+  one-row int8 path.
+* optional **smoothing** (SmoothQuant, Xiao et al. 2023): input channel j is divided by s_j and the
+  weight column multiplied by s_j, s_j = (max|x_j|^α / max|w_j|^(1−α)), with max|x_j| measured on a
+  short calibration text. The product is unchanged in exact arithmetic; outlier channels stop
+  dominating the per-token activation scale.
+
+Activations use 7 bits (fbgemm's ``reduce_range``: without VNNI the u8×s8 pair sums of AVX2 would
+saturate int16 with 8-bit activations).
+
+:class:`Int8Embedding` keeps the token embedding as int8 rows with one scale each (the same
+quantisation as a per-channel output layer; a tied output layer shares its tensor).
+:func:`save_int8` / :func:`load_int8` write and read such a model as one safetensors file plus
+its config and tokenizer, so a fresh machine never needs the fp32 copy.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import SpecboundError
+from .fast import _release_pages, trim_heap
+
+__all__ = [
+    "INT8_FORMAT", "Int8Embedding", "Int8Linear", "activation_absmax", "int8_available", "load_int8",
+    "quantize_int8", "save_int8",
+]
+
+#: Version tag of the on-disk int8 format (read back by :func:`load_int8`).
+INT8_FORMAT = "specbound-int8-v1"
+WEIGHT_SCALES = ("channel", "tensor")
+ACTIVATION_SCALES = ("token", "tensor")
+
+
+def int8_available() -> bool:
+    """Whether this torch build has fbgemm's quantized linear kernels (x86 CPUs)."""
+    return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+def _quantize_rows(weight: torch.Tensor, per_channel: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 of a [out, in] float matrix: (int8 values, float32 scales [out] or [1])."""
+    w = weight.detach().float()
+    amax = w.abs().amax(dim=1) if per_channel else w.abs().amax().reshape(1)
+    scale = (amax / 127.0).clamp_min(1e-12)
+    q = torch.round(w / scale[:, None] if per_channel else w / scale).clamp_(-127, 127).to(torch.int8)
+    return q, scale.float()
+
+
+class Int8Linear(nn.Module):
+    """y = x Wᵀ + b with int8 weights and int8 activations (fbgemm), see the module docstring.
+
+    Build with :meth:`from_linear` (quantises a float layer) or from stored ``qweight``/``scale``.
+    ``activations="token"`` (default) is batch-invariant; ``"tensor"`` is fbgemm's default dynamic
+    quantisation (one scale per call), kept for comparison.
+    """
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                 smooth: torch.Tensor | None = None, activations: str = "token"):
+        super().__init__()
+        if activations not in ACTIVATION_SCALES:
+            raise SpecboundError(f"activations must be one of {ACTIVATION_SCALES}, got {activations!r}")
+        if qweight.dtype != torch.int8 or qweight.ndim != 2:
+            raise SpecboundError(f"qweight must be an int8 matrix, got {qweight.dtype} {tuple(qweight.shape)}")
+        self.out_features, self.in_features = qweight.shape
+        scale = scale.detach().float().reshape(-1)
+        if scale.numel() not in (1, self.out_features):
+            raise SpecboundError(f"scale has {scale.numel()} values for {self.out_features} output rows")
+        self.activations = activations
+        self.register_buffer("scale", scale.clone(), persistent=False)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone(), persistent=False)
+        self.register_buffer("inv_smooth", None if smooth is None else (1.0 / smooth.detach().float()).clone(),
+                             persistent=False)
+        self._packed = torch.ops.quantized.linear_prepack(self._quantized(qweight), None)
+        anchor = torch.zeros(1, self.in_features)
+        anchor[0, 0], anchor[0, -1] = -1.0, 1.0
+        self.register_buffer("anchor", anchor, persistent=False)
+
+    def _quantized(self, qweight: torch.Tensor) -> torch.Tensor:
+        if self.scale.numel() == 1:
+            return torch._make_per_tensor_quantized_tensor(qweight.contiguous(), float(self.scale), 0)
+        zeros = torch.zeros(self.out_features, dtype=torch.long)
+        return torch._make_per_channel_quantized_tensor(qweight.contiguous(), self.scale.double(), zeros, 0)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, weights: str = "channel", activations: str = "token",
+                    smooth: torch.Tensor | None = None) -> "Int8Linear":
+        if weights not in WEIGHT_SCALES:
+            raise SpecboundError(f"weight scales must be one of {WEIGHT_SCALES}, got {weights!r}")
+        w = linear.weight.detach().float()
+        if smooth is not None:
+            w = w * smooth.float()[None, :]
+        q, scale = _quantize_rows(w, per_channel=weights == "channel")
+        return cls(q, scale, linear.bias, smooth, activations)
+
+    @property
+    def qweight(self) -> torch.Tensor:
+        """The int8 weight values [out, in] (unpacked from fbgemm's layout)."""
+        weight, _ = torch.ops.quantized.linear_unpack(self._packed)
+        return weight.int_repr()
+
+    @property
+    def smooth(self) -> torch.Tensor | None:
+        return None if self.inv_smooth is None else 1.0 / self.inv_smooth
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """W as the layer uses it (float32, smoothing undone)."""
+        w = self.qweight.float() * (self.scale[:, None] if self.scale.numel() > 1 else self.scale)
+        return w if self.inv_smooth is None else w * self.inv_smooth[None, :]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, self.in_features).float()
+        if self.inv_smooth is not None:
+            x = x * self.inv_smooth
+        if self.activations == "token":
+            m = x.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
+            y = torch.ops.quantized.linear_dynamic(torch.cat([x / m, self.anchor]), self._packed, True)[:-1]
+            y.mul_(m)
+        elif x.shape[0] == 1:              # x86's one-row int8 path is slow: read the row twice
+            y = torch.ops.quantized.linear_dynamic(torch.cat([x, x]), self._packed, True)[:1]
+        else:
+            y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed, True)
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        kind = "per-channel" if self.scale.numel() > 1 else "per-tensor"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, weights=int8 {kind}, "
+                f"activations=int8 per-{self.activations}{', smoothed' if self.inv_smooth is not None else ''}")
+
+    # fbgemm's packed weights are an opaque object: copy.deepcopy rebuilds the layer from its values
+    def __deepcopy__(self, memo):
+        return Int8Linear(self.qweight.clone(), self.scale.clone(), self.bias, self.smooth, self.activations)
+
+
+class Int8Embedding(nn.Module):
+    """Token embedding stored as int8 rows with one float32 scale per row (gathered, then scaled)."""
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, padding_idx: int | None = None):
+        super().__init__()
+        if qweight.dtype != torch.int8 or qweight.ndim != 2 or scale.numel() != qweight.shape[0]:
+            raise SpecboundError("Int8Embedding needs int8 rows [vocab, dim] and one scale per row")
+        self.num_embeddings, self.embedding_dim = qweight.shape
+        self.padding_idx = padding_idx
+        self.register_buffer("qweight", qweight.contiguous(), persistent=False)
+        self.register_buffer("scale", scale.detach().float().reshape(-1).contiguous(), persistent=False)
+
+    @classmethod
+    def from_embedding(cls, embedding: nn.Embedding) -> "Int8Embedding":
+        q, scale = _quantize_rows(embedding.weight, per_channel=True)
+        return cls(q, scale, embedding.padding_idx)
+
+    @property
+    def weight(self) -> torch.Tensor:   # what code that reads ``embed_tokens.weight`` (dtype, device) sees
+        return self.scale[:1]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.qweight[ids].float() * self.scale[ids].unsqueeze(-1)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, weights=int8 per-row"
+
+
+def _linears(model: nn.Module):
+    """(parent, attribute name, qualified name, module) of every plain ``nn.Linear``."""
+    for qualified, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                yield parent, name, f"{qualified}.{name}" if qualified else name, child
+
+
+def activation_absmax(model: nn.Module, token_batches) -> dict[str, torch.Tensor]:
+    """max |x_j| per input channel of every ``nn.Linear``, over the calibration ``token_batches``
+    (LongTensors [1, n]), read with the float model."""
+    stats: dict[str, torch.Tensor] = {}
+    hooks = []
+    for _, _, qualified, linear in _linears(model):
+        def hook(module, inputs, key=qualified):
+            x = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).abs().amax(dim=0).float()
+            stats[key] = x if key not in stats else torch.maximum(stats[key], x)
+        hooks.append(linear.register_forward_pre_hook(hook))
+    try:
+        with torch.inference_mode():
+            for ids in token_batches:
+                model(input_ids=ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return stats
+
+
+def smoothing_factors(act_absmax: torch.Tensor, weight: torch.Tensor, alpha: float) -> torch.Tensor:
+    """SmoothQuant's s_j = max|x_j|^α / max|w_j|^(1−α), clamped to [1e-2, 1e2] and normalised to a
+    geometric mean of 1 (Xiao et al. 2023, Eq. 4)."""
+    w = weight.detach().float().abs().amax(dim=0).clamp_min(1e-8)
+    a = act_absmax.float().clamp_min(1e-8)
+    s = (a.pow(alpha) / w.pow(1 - alpha)).clamp(1e-2, 1e2)
+    return s / s.log().mean().exp()
+
+
+def _release(tensor: torch.Tensor) -> None:
+    _release_pages(tensor)
+
+
+def quantize_int8(model: nn.Module, weights: str = "channel", activations: str = "token",
+                  smooth: dict[str, torch.Tensor] | None = None, alpha: float = 0.5,
+                  embedding: bool = True) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` by an :class:`Int8Linear` (in place; returns the model).
+
+    ``smooth`` maps a linear's qualified name to its calibrated max|x_j| (:func:`activation_absmax`);
+    those layers are smoothed with strength ``alpha``. ``embedding`` also stores the input embedding
+    as int8 rows. Pages of replaced weights are returned to the OS as layers are converted.
+    """
+    if not int8_available():
+        raise SpecboundError("int8 kernels need a torch build with fbgemm (x86 CPUs); use the fp32 model")
+    shared: dict[int, int] = {}
+    for _, p in model.named_parameters(remove_duplicate=False):    # a tied weight counts twice
+        shared[p.data_ptr()] = shared.get(p.data_ptr(), 0) + 1
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for parent, name, qualified, linear in list(_linears(model)):
+            factors = None
+            if smooth is not None and qualified in smooth:
+                factors = smoothing_factors(smooth[qualified], linear.weight, alpha)
+            setattr(parent, name, Int8Linear.from_linear(linear, weights, activations, factors))
+            if shared.get(linear.weight.data_ptr(), 0) == 1:
+                _release(linear.weight.data)
+        if embedding:
+            _quantize_embedding(model, shared)
+    trim_heap()
+    return model
+
+
+def _quantize_embedding(model: nn.Module, shared: dict[int, int]) -> None:
+    get, set_ = getattr(model, "get_input_embeddings", None), getattr(model, "set_input_embeddings", None)
+    if get is None or set_ is None or type(get()) is not nn.Embedding:
+        return
+    old = get()
+    set_(Int8Embedding.from_embedding(old))
+    if shared.get(old.weight.data_ptr(), 0) == 1:
+        _release(old.weight.data)
+
+
+# ---------------------------------------------------------------------------------- on disk
+def _state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict]:
+    """Every tensor needed to rebuild ``model`` and a JSON description of its int8 layers."""
+    tensors: dict[str, torch.Tensor] = {}
+    layers: dict[str, dict] = {}
+    int8_modules = set()
+    for qualified, module in model.named_modules():
+        if isinstance(module, Int8Linear):
+            int8_modules.add(qualified)
+            tensors[f"{qualified}.qweight"] = module.qweight.contiguous()
+            tensors[f"{qualified}.scale"] = module.scale.contiguous()
+            if module.bias is not None:
+                tensors[f"{qualified}.bias"] = module.bias.contiguous()
+            if module.inv_smooth is not None:
+                tensors[f"{qualified}.smooth"] = module.smooth.contiguous()
+            layers[qualified] = {"kind": "linear", "activations": module.activations}
+        elif isinstance(module, Int8Embedding):
+            int8_modules.add(qualified)
+            tensors[f"{qualified}.qweight"] = module.qweight
+            tensors[f"{qualified}.scale"] = module.scale
+            layers[qualified] = {"kind": "embedding", "padding_idx": module.padding_idx}
+    for name, p in model.state_dict().items():
+        owner = name.rsplit(".", 1)[0]
+        if owner not in int8_modules and name not in tensors:
+            tensors[name] = p.detach().contiguous()
+    return tensors, layers
+
+
+def save_int8(model: nn.Module, tokenizer, directory: Path, info: dict | None = None) -> None:
+    """Write a quantised model into ``directory``: ``int8.safetensors``, ``int8.json`` (format, layers,
+    ``info``), the model's config and the tokenizer files."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    tensors, layers = _state(model)
+    save_file(tensors, str(directory / "int8.safetensors"), metadata={"format": INT8_FORMAT})
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(str(directory))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(directory))
+    (directory / "int8.json").write_text(json.dumps({"format": INT8_FORMAT, "layers": layers, **(info or {})},
+                                                    indent=1), encoding="utf-8")
+
+
+def read_int8_description(directory: Path) -> dict:
+    """``int8.json`` of a quantised directory, validated (format tag, layer table)."""
+    path = Path(directory) / "int8.json"
+    try:
+        desc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecboundError(f"{path}: unreadable int8 description ({exc})") from None
+    if not isinstance(desc, dict) or desc.get("format") != INT8_FORMAT or not isinstance(desc.get("layers"), dict):
+        raise SpecboundError(f"{path}: not a {INT8_FORMAT} description")
+    return desc
+
+
+def load_int8(directory: Path):
+    """``(model, tokenizer)`` from a directory written by :func:`save_int8`, without ever building
+    the float weights (the module tree is made on the meta device; int8 layers are filled from the
+    file and the file's pages are returned to the OS once packed)."""
+    from accelerate import init_empty_weights
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    directory = Path(directory)
+    desc = read_int8_description(directory)
+    config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    float_state = {}
+    with safe_open(str(directory / "int8.safetensors"), framework="pt") as f:
+        names = set(f.keys())
+        for qualified, layer in desc["layers"].items():
+            parent_name, _, attr = qualified.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            q, scale = f.get_tensor(f"{qualified}.qweight"), f.get_tensor(f"{qualified}.scale")
+            if layer["kind"] == "linear":
+                bias = f.get_tensor(f"{qualified}.bias") if f"{qualified}.bias" in names else None
+                smooth = f.get_tensor(f"{qualified}.smooth") if f"{qualified}.smooth" in names else None
+                module = Int8Linear(q, scale, bias, smooth, layer.get("activations", "token"))
+                _release(q)                       # packed now: the file's pages are not needed again
+            elif layer["kind"] == "embedding":
+                module = Int8Embedding(q.clone(), scale, layer.get("padding_idx"))
+                _release(q)
+            else:
+                raise SpecboundError(f"{directory}: unknown int8 layer kind {layer['kind']!r}")
+            setattr(parent, attr, module)
+        owned = {f"{q}.{suffix}" for q in desc["layers"] for suffix in ("qweight", "scale", "bias", "smooth")}
+        for name in names - owned:
+            float_state[name] = f.get_tensor(name)
+    missing = [n for n, p in model.named_parameters() if p.is_meta and n not in float_state]
+    if missing:
+        raise SpecboundError(f"{directory}: int8.safetensors lacks {len(missing)} tensors (e.g. {missing[0]})")
+    model.load_state_dict(float_state, strict=False, assign=True)
+    if getattr(config, "tie_word_embeddings", False):
+        model.config.tie_word_embeddings = False    # the int8 output layer has its own tensor
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    trim_heap()
+    return model.eval(), tokenizer

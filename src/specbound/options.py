@@ -1,0 +1,26 @@
+"""Model choices a command line validates before anything heavy is imported or loaded (no torch here)."""
+from __future__ import annotations
+
+from .errors import SpecboundError
+
+__all__ = ["DEFAULT_TARGET_PRECISION", "DRAFT_ENGINES", "TARGET_PRECISIONS", "check_draft_engine", "check_precision"]
+
+#: What ``--target-precision`` accepts: the fp32 model (oneDNN-prepacked) or its int8 quantisation
+#: (:mod:`specbound.models.int8`), a different target with respect to which decoding is lossless.
+TARGET_PRECISIONS = ("fp32", "int8")
+#: The packaged pair's default target (README and docs/results/fidelity say why).
+DEFAULT_TARGET_PRECISION = "int8"
+#: Where the draft may run: PyTorch (int8 or fp32) or llama.cpp (the packaged GGUF as it ships).
+DRAFT_ENGINES = ("torch", "llamacpp")
+
+
+def check_precision(precision: str) -> str:
+    if precision not in TARGET_PRECISIONS:
+        raise SpecboundError(f"precision must be one of {', '.join(TARGET_PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+def check_draft_engine(engine: str) -> str:
+    if engine not in DRAFT_ENGINES:
+        raise SpecboundError(f"draft engine must be one of {', '.join(DRAFT_ENGINES)}, got {engine!r}")
+    return engine
