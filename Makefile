@@ -22,10 +22,24 @@ setup-models: setup
 demo: setup-models
 	$(BIN)/specbound generate --baseline
 
-# The llama.cpp backend's extra compiles llama.cpp once (~7-10 min on 2 cores); pip caches the wheel.
+# The llama.cpp backend's extra compiles llama.cpp once (~10 min on 2 cores) for THIS CPU (-march=native)
+# into a wheel kept under ~/.cache/specbound/wheels/<hash of the CPU flags and build flags>, so a machine
+# of another kind never reuses it. AMX is left out on x86: some virtual machines report AMX in CPUID but
+# do not allow it, and llama.cpp's AMX kernels then crash (seen here: segmentation fault on the first
+# forward of the Q4_K_M target).
+LLAMA_CPP_VERSION = 0.3.36
+LLAMA_CFLAGS := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16,)
+WHEELS := $(HOME)/.cache/specbound/wheels/$(shell (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; uname -m; \
+	echo '$(LLAMA_CPP_VERSION) $(LLAMA_CFLAGS)') | sha256sum | cut -c1-16)
+
 setup-llamacpp: setup
-	@echo "installing specbound[llamacpp] (compiles llama.cpp on the first install)"
-	CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} $(BIN)/pip install -q -e '.[test,llamacpp]'
+	@mkdir -p $(WHEELS)
+	@if ! ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for this CPU (about 10 minutes on 2 cores)"; \
+	  CMAKE_ARGS="-DCMAKE_C_FLAGS='$(LLAMA_CFLAGS)' -DCMAKE_CXX_FLAGS='$(LLAMA_CFLAGS)'" \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+	  $(BIN)/pip wheel -q --no-deps --no-cache-dir -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); fi
+	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,llamacpp]'
 
 test: setup-llamacpp
 	$(BIN)/python -m pytest

@@ -7,11 +7,13 @@ import torch
 
 from helpers import perturbed_copy, tiny_transformer
 from specbound.assets.prompts import Prompt
-from specbound.experiments.bench import BENCH_METHODS, BenchConfig, BenchResult, run_bench
+from specbound.experiments.bench import BENCH_METHODS, LLAMACPP_METHODS, BenchConfig, BenchResult, run_bench
+
+TORCH_METHODS = tuple(m for m in BENCH_METHODS if m not in LLAMACPP_METHODS)
 from specbound.experiments.bench_report import bench_markdown
 from specbound.experiments.journal import PartialResults
 from specbound.experiments.report import from_jsonable, to_jsonable
-from specbound.models.fast import quantize_int8
+from specbound.models.int8 import quantize_int8
 from specbound.models.hf import HFModel
 
 
@@ -37,12 +39,13 @@ def test_bench_runs_every_method_and_resumes(tmp_path):
     models = _models()
     prompts = [Prompt(id="p0", text="def f(x): return f(x)", kind="code"),
                Prompt(id="p1", text="return x + x + x", kind="code")]
-    config = BenchConfig("tiny", 0, 2, 12, ("greedy", "sampled"))
+    config = BenchConfig("tiny", 0, 2, 12, ("greedy", "sampled"), TORCH_METHODS)
     journal = PartialResults(tmp_path / "partial.jsonl", {"c": 1})
     result = run_bench(models, prompts, config, journal, progress=False)
     assert len(result.rows) == 4
     for row in result.rows:
-        assert set(row.runs) == set(BENCH_METHODS)
+        assert set(row.runs) == set(TORCH_METHODS)
+        assert all(r.decode_tokens_per_second > 0 for r in row.runs.values())
         assert row.runs["hf-generate"].target_calls == 12          # prefill + 11 more decode steps
         assert all(r.tau >= 1.0 for r in row.runs.values())
         if row.mode == "greedy":                                   # every method is lossless at greedy

@@ -8,9 +8,7 @@ from torch import nn
 
 from helpers import perturbed_copy, tiny_transformer
 from specbound.decoding import speculative_decode
-from specbound.models.fast import (
-    OneRowPaddedLinear, PrepackedLinear, prepack_available, prepack_linears, quantize_int8,
-)
+from specbound.models.fast import PrepackedLinear, prepack_available, prepack_linears
 from specbound.models.hf import HFModel
 
 pytestmark = pytest.mark.skipif(not prepack_available(), reason="oneDNN not available")
@@ -52,25 +50,3 @@ def test_greedy_sd_through_fast_path_is_token_identical_to_eager_target(gamma):
                                     pad_token_id=0, eos_token_id=None)[0, 4:].tolist()
     out = speculative_decode(HFModel(fast_target), HFModel(fast_draft), prompt, 40, gamma=gamma, temperature=0.0)
     assert out.tokens == ref
-
-
-def test_int8_one_row_padding_gives_the_same_rows_as_a_two_row_read():
-    draft = tiny_transformer(5, vocab=48)
-    quantize_int8(draft)
-    padded = [m for m in draft.modules() if isinstance(m, OneRowPaddedLinear)]
-    assert len(padded) == 2 * 7 + 1                            # every linear layer of the 2-layer model
-    layer = padded[0]
-    x = torch.randn(1, 1, layer.inner.in_features)
-    with torch.inference_mode():
-        one = layer(x)                                          # padded internally to two rows
-        dup = layer.inner(torch.cat([x, x], 1))[:, :1]          # the same row twice, computed by hand
-        ref = torch.nn.functional.linear(x, layer.inner.weight().dequantize(), layer.inner.bias())
-    assert one.shape == (1, 1, layer.inner.out_features)
-    torch.testing.assert_close(one, dup, rtol=0, atol=0)
-    # int8 weights and activations: close to the dequantised float layer, not equal
-    assert float((one - ref).abs().max()) < 0.05 * float(ref.abs().max()) + 1e-3
-    # one-token model reads keep the cache one slot per token (no padding slot)
-    model = HFModel(draft)
-    model.prefill([1, 2, 3, 4])
-    a = model.forward(torch.tensor([[7]]))
-    assert model.cache_length == 5 and a.shape == (1, 1, 48)

@@ -9,7 +9,14 @@ Methods (all decode exactly ``max_new_tokens`` tokens, EOS ignored, timings incl
   better of the two per prompt set is the reference ("HF assisted-int8, best");
 * ``hf-lookup`` — Hugging Face prompt-lookup decoding (10 tokens, n-gram 2, its documented setting);
 * ``specbound-chain`` — chain SD, draft length sized every round (``gamma="auto"``);
-* ``specbound-tree`` — dynamic draft tree sized every round (``tree="auto"``).
+* ``specbound-tree`` — dynamic draft tree sized every round (``tree="auto"``);
+* ``llamacpp-plain`` — llama.cpp's own generation loop (llama-cpp-python ``Llama.generate``) on the
+  target's packaged GGUF (Q4_K_M): what CPU users run today, the reference row;
+* ``specbound-chain-lcdraft`` / ``specbound-tree-lcdraft`` — specbound with the draft's GGUF on
+  llama.cpp feeding the torch target (mixed backends).
+
+Every method reports end-to-end tok/s and decode tok/s (prefill excluded: tokens after the first
+over the time after the first token for the peers; new tokens over total − prefill for specbound).
 
 Every model uses the same kernels (oneDNN-prepacked fp32 target and fp32 draft, the int8 draft
 with the padded one-row path), so a ratio compares algorithms, not kernels. Per prompt and mode the
@@ -19,6 +26,7 @@ asserts nothing about speed.
 """
 from __future__ import annotations
 
+import math
 import platform
 import statistics
 import time
@@ -31,8 +39,13 @@ from ..models.tokens import stop_token_ids
 
 __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "run_bench", "summarise"]
 
-BENCH_METHODS = ("hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic", "hf-lookup",
-                 "specbound-chain", "specbound-tree")
+BENCH_METHODS = ("llamacpp-plain", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
+                 "hf-lookup", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
+#: What ``specbound bench`` runs unless told otherwise (the rest on request: they add time, not information)
+DEFAULT_METHODS = ("llamacpp-plain", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic",
+                   "specbound-chain", "specbound-tree", "specbound-chain-lcdraft")
+SPECBOUND_METHODS = ("specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
+LLAMACPP_METHODS = ("llamacpp-plain", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
 MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0, top_k=50)}
 ASSISTED_INT8 = ("hf-assisted-int8", "hf-assisted-int8-heuristic")
 
@@ -62,6 +75,7 @@ class MethodRun:
     plain_steps: int | None = None
     draft_seconds: float | None = None
     target_seconds: float | None = None
+    decode_tokens_per_second: float | None = None   # prefill excluded (see the module docstring)
 
 
 @dataclass
@@ -94,16 +108,49 @@ def _hf_generate(target, ids, n, sampling: SamplingConfig, seed: int, assistant=
         kwargs["assistant_model"] = assistant.model
     calls = [0]
     hook = target.model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    first = _FirstTokenClock()
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     try:
         with torch.inference_mode():
-            out = target.model.generate(ids, **kwargs)
+            out = target.model.generate(ids, streamer=first, **kwargs)
     finally:
         hook.remove()
     seconds = time.perf_counter() - t0
     tokens = out[0, ids.shape[1]:].tolist()
-    return tokens, MethodRun(seconds, len(tokens) / seconds, len(tokens) / max(calls[0], 1), calls[0])
+    run = MethodRun(seconds, len(tokens) / seconds, len(tokens) / max(calls[0], 1), calls[0])
+    run.decode_tokens_per_second = _decode_rate(len(tokens), first.count, seconds, (first.at or t0) - t0)
+    return tokens, run
+
+
+class _FirstTokenClock:
+    """A ``generate`` streamer that notes when the first new tokens arrive (the first ``put`` is the prompt)."""
+
+    def __init__(self):
+        self.calls, self.at, self.count = 0, None, 0
+
+    def put(self, value):
+        self.calls += 1
+        if self.calls == 2:
+            self.at, self.count = time.perf_counter(), int(value.numel())
+
+    def end(self):
+        pass
+
+
+def _decode_rate(n_tokens: int, first_tokens: int, seconds: float, first_seconds: float) -> float:
+    """Tokens after the first chunk over the time after it (the prefill and the first token excluded)."""
+    rest = seconds - first_seconds
+    return (n_tokens - first_tokens) / rest if rest > 0 and n_tokens > first_tokens else float("nan")
+
+
+def _llamacpp_plain(llm, ids, n, sampling: SamplingConfig) -> tuple[list, MethodRun]:
+    from ..models.llamacpp_peers import llama_generate
+
+    r = llama_generate(llm, ids, n, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    run = MethodRun(r.seconds, len(r.tokens) / r.seconds, len(r.tokens) / max(r.target_evals, 1), r.target_evals)
+    run.decode_tokens_per_second = _decode_rate(len(r.tokens), 1, r.seconds, r.extra.get("first_token_seconds", 0.0))
+    return r.tokens, run
 
 
 def _specbound(target, draft, ids, n, sampling: SamplingConfig, seed: int, **drafting) -> tuple[list, MethodRun]:
@@ -114,7 +161,8 @@ def _specbound(target, draft, ids, n, sampling: SamplingConfig, seed: int, **dra
     return res.tokens, MethodRun(m.total_time, m.tokens_per_second, m.tau, m.target_calls,
                                  drafted_per_round=sum(m.drafted_per_step) / rounds,
                                  depth_per_round=sum(m.depth_per_step) / rounds, plain_steps=m.plain_steps,
-                                 draft_seconds=m.draft_time, target_seconds=m.target_time)
+                                 draft_seconds=m.draft_time, target_seconds=m.target_time,
+                                 decode_tokens_per_second=m.decode_tokens_per_second)
 
 
 def same_greedy_answer(tokens: list, reference: list, eos: set[int]) -> bool:
@@ -147,6 +195,12 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
         return _specbound(target, models["draft_int8"], ids, n, sampling, seed, gamma="auto")
     if method == "specbound-tree":
         return _specbound(target, models["draft_int8"], ids, n, sampling, seed, tree="auto")
+    if method == "specbound-chain-lcdraft":
+        return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, gamma="auto")
+    if method == "specbound-tree-lcdraft":
+        return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, tree="auto")
+    if method == "llamacpp-plain":
+        return _llamacpp_plain(models["llamacpp_target"], ids, n, sampling)
     raise ValueError(method)
 
 
@@ -184,13 +238,25 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
                     return row
 
                 rows.append(journal.unit(f"{prompt.id}|{mode}", BenchRow, measure))
-    return BenchResult(config, machine(), {k: f"{m.name} ({m.info.kernels})" for k, m in models.items()}, rows,
-                       summarise(rows))
+    return BenchResult(config, machine(), {k: describe_model(m) for k, m in models.items()}, rows, summarise(rows))
+
+
+def describe_model(model) -> str:
+    """``name (backend:kernels)`` of a LanguageModel, or the GGUF file of a llama-cpp-python ``Llama``."""
+    info = getattr(model, "info", None)
+    if info is not None:
+        return f"{model.name} ({info.backend}:{info.kernels})"
+    path = getattr(model, "model_path", None)
+    return f"{path} (llama-cpp-python Llama.generate)" if path else type(model).__name__
 
 
 def machine() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "processor": platform.processor() or platform.machine()}
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
 
 
 def summarise(rows: list[BenchRow]) -> dict:
@@ -209,14 +275,24 @@ def summarise(rows: list[BenchRow]) -> dict:
                       "prompts": len(runs)}
         best_assisted = max((m for m in ASSISTED_INT8 if m in per), default=None,
                             key=lambda m: per[m]["median_tokens_per_second"])
-        for m in ("specbound-chain", "specbound-tree"):
+        for m in methods:
+            runs = [r.runs[m] for r in mine if m in r.runs]
+            decode = [x.decode_tokens_per_second for x in runs if _finite(x.decode_tokens_per_second)]
+            per[m]["median_decode_tokens_per_second"] = statistics.median(decode) if decode else None
+        for m in SPECBOUND_METHODS + ("hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic"):
             if m not in per:
                 continue
-            for ref, key in (("hf-generate", "vs_generate"), (best_assisted, "vs_assisted_int8")):
-                if ref is None or ref not in per:
+            for ref, key, field_ in (("hf-generate", "vs_generate", "tokens_per_second"),
+                                     (best_assisted, "vs_assisted_int8", "tokens_per_second"),
+                                     ("llamacpp-plain", "vs_llamacpp", "decode_tokens_per_second")):
+                if ref is None or ref not in per or ref == m or (m not in SPECBOUND_METHODS and key != "vs_llamacpp"):
                     continue
-                ratios = [r.runs[m].tokens_per_second / r.runs[ref].tokens_per_second
-                          for r in mine if m in r.runs and ref in r.runs]
-                per[m][key] = {"median": statistics.median(ratios), "min": min(ratios), "reference": ref}
+                ratios = [getattr(r.runs[m], field_) / getattr(r.runs[ref], field_)
+                          for r in mine if m in r.runs and ref in r.runs
+                          and _finite(getattr(r.runs[m], field_)) and _finite(getattr(r.runs[ref], field_))
+                          and getattr(r.runs[ref], field_) > 0]
+                if ratios:
+                    per[m][key] = {"median": statistics.median(ratios), "min": min(ratios), "reference": ref,
+                                   "measure": field_}
         out[mode] = {"methods": per, "best_assisted_int8": best_assisted}
     return out

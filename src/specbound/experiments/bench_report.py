@@ -1,7 +1,7 @@
 """Tables of a :class:`~specbound.experiments.bench.BenchResult` (markdown; JSON via report.py)."""
 from __future__ import annotations
 
-from .bench import BENCH_METHODS, BenchResult
+from .bench import BENCH_METHODS, SPECBOUND_METHODS, BenchResult
 from .report import fmt, md_table
 
 __all__ = ["bench_markdown"]
@@ -32,18 +32,19 @@ def bench_markdown(result: BenchResult, command: str = "") -> str:
                 continue
             s = per[m]
             ident = "" if s["identical"] is None else f"{s['identical']}/{s['prompts']}"
-            rows.append([m, fmt(s["median_tokens_per_second"], 2), fmt(s["median_tau"], 2), ident,
-                         _ratio(s.get("vs_generate")), _ratio(s.get("vs_assisted_int8"))])
-        lines += [md_table(["method", "tok/s", "τ", "greedy = generate", "vs HF generate",
-                            "vs HF assisted-int8 (best)"], rows), ""]
+            rows.append([m, fmt(s["median_tokens_per_second"], 2), fmt(s.get("median_decode_tokens_per_second"), 2),
+                         fmt(s["median_tau"], 2), ident, _ratio(s.get("vs_generate")),
+                         _ratio(s.get("vs_assisted_int8")), _ratio(s.get("vs_llamacpp"))])
+        lines += [md_table(["method", "tok/s (end to end)", "decode tok/s", "τ", "greedy = generate",
+                            "vs HF generate", "vs HF assisted-int8 (best)", "decode vs llama.cpp plain"], rows), ""]
         mine = [r for r in result.rows if r.mode == mode]
         methods = [m for m in BENCH_METHODS if m in per]
-        lines += [f"Per prompt ({mode}), tok/s:", "",
+        lines += [f"Per prompt ({mode}), end-to-end tok/s:", "",
                   md_table(["prompt"] + methods, [[r.prompt] + [fmt(r.runs[m].tokens_per_second, 2) if m in r.runs
                                                                 else "–" for m in methods] for r in mine]), ""]
         detail = []
         for r in mine:
-            for m in ("specbound-chain", "specbound-tree"):
+            for m in SPECBOUND_METHODS:
                 if m in r.runs:
                     x = r.runs[m]
                     detail.append([r.prompt, m, fmt(x.tau, 2), fmt(x.drafted_per_round, 1), fmt(x.depth_per_round, 1),

@@ -39,7 +39,7 @@ class ModelInfo:
     """
 
     backend: str = "custom"            # "chain", "hf", "llamacpp", ...
-    kernels: str = "default"           # e.g. "onednn-prepacked", "int8-dynamic", "eager", "gguf"
+    kernels: str = "default"           # e.g. "onednn-prepacked", "int8-fbgemm (...)", "eager", "gguf:Q4_K - Medium"
     identity: str | None = None
     load_seconds: float = 0.0
     max_positions: int | None = None   # context length; longer inputs are refused

@@ -1,16 +1,10 @@
-"""Faster CPU forwards for unmodified Hugging Face models.
+"""Faster fp32 CPU forwards for unmodified Hugging Face models, and memory hygiene while converting.
 
-Two transforms, both applied in place to a loaded model:
-
-* :func:`prepack_linears` (exact, for the target): every ``nn.Linear`` becomes a
-  :class:`PrepackedLinear` whose weight is reordered once into oneDNN's blocked layout for small
-  batches. The GEMM then streams the weights once for any number of new tokens k ≤ 16 at about
-  the cost of one, instead of repacking the whole matrix on every call as the default k ≥ 2 path
-  does; results equal ``F.linear`` up to float32 rounding (tested).
-* :func:`quantize_int8` (lossy, for the draft only): weight-only int8 dynamic quantisation, the
-  slow one-row kernel path padded away inside each layer.
-  The draft's law changes, which costs acceptance but never correctness: verification always
-  uses the distribution the draft actually sampled from.
+:func:`prepack_linears` (exact): every ``nn.Linear`` becomes a :class:`PrepackedLinear` whose
+weight is reordered once into oneDNN's blocked layout for small batches. The GEMM then streams the
+weights once for any number of new tokens k ≤ 16 at about the cost of one, instead of repacking
+the whole matrix on every call as the default k ≥ 2 path does; results equal ``F.linear`` up to
+float32 rounding (tested). int8 models (targets and drafts) are in :mod:`specbound.models.int8`.
 """
 from __future__ import annotations
 
@@ -19,7 +13,7 @@ import warnings
 import torch
 from torch import nn
 
-__all__ = ["OneRowPaddedLinear", "PrepackedLinear", "prepack_linears", "quantize_int8", "prepack_available"]
+__all__ = ["PrepackedLinear", "prepack_available", "prepack_linears", "trim_heap"]
 
 
 def prepack_available() -> bool:
@@ -130,37 +124,3 @@ def prepack_linears(model: nn.Module) -> int:
         return 0
     with torch.no_grad():
         return _swap(model, lambda m: type(m) is nn.Linear, PrepackedLinear)
-
-
-class OneRowPaddedLinear(nn.Module):
-    """Wraps an int8 dynamic-quantised linear: a single input row is computed as two (a copy), then
-    the copy is dropped. x86's int8 kernel has a slow one-row path (measured: 896→4864, one row
-    0.49 ms, two rows 0.10 ms); padding inside the layer fixes it for every caller (our drafter and
-    Hugging Face's assisted generation alike) without an extra KV-cache slot."""
-
-    def __init__(self, inner: nn.Module):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() // x.shape[-1] != 1:
-            return self.inner(x)
-        flat = x.reshape(1, x.shape[-1])
-        y = self.inner(torch.cat([flat, flat]))[:1]
-        return y.reshape(*x.shape[:-1], y.shape[-1])
-
-
-def quantize_int8(model: nn.Module) -> nn.Module:
-    """Weight-only int8 dynamic quantisation of the linear layers (draft models only: lossy), with
-    the one-row path padded (:class:`OneRowPaddedLinear`)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-        from torch.ao.quantization import default_dynamic_qconfig
-
-        def to_int8(linear: nn.Linear) -> nn.Module:
-            linear.qconfig = default_dynamic_qconfig
-            return OneRowPaddedLinear(DynamicLinear.from_float(linear))
-
-        _swap(model, lambda m: type(m) is nn.Linear, to_int8)
-    return model

@@ -95,11 +95,14 @@ def llama_generate(llm, prompt_ids, max_new_tokens: int, temperature: float = 0.
             return out
         llm.draft_model = counting_proposer
     tokens: list[int] = []
+    first = None
     t0 = time.perf_counter()
     try:
         for token in llm.generate(prompt, temp=float(temperature), top_k=int(top_k or 0),
                                   top_p=1.0 if top_p is None else float(top_p), min_p=0.0, typical_p=1.0,
                                   repeat_penalty=1.0, reset=True):
+            if first is None:
+                first = time.perf_counter() - t0       # prompt read + first token: the prefill
             tokens.append(int(token))
             if len(tokens) >= max_new_tokens or int(token) in stops:
                 break
@@ -108,7 +111,8 @@ def llama_generate(llm, prompt_ids, max_new_tokens: int, temperature: float = 0.
         del llm.eval                                   # back to the class method
         llm.draft_model = proposer
     method = "llama.cpp" if proposer is None else f"llama.cpp+{type(proposer).__name__}"
-    return PeerResult(tokens, seconds, method, target_evals=counter[0], drafted=drafted[0])
+    return PeerResult(tokens, seconds, method, target_evals=counter[0], drafted=drafted[0],
+                      extra={"first_token_seconds": first or 0.0})
 
 
 class DraftModelProposer:

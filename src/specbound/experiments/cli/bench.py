@@ -10,7 +10,8 @@ DEFAULT_OUT = "runs/bench"
 
 
 def add_arguments(p) -> None:
-    from ..bench import BENCH_METHODS, MODES
+    from ...options import DEFAULT_TARGET_PRECISION, TARGET_PRECISIONS
+    from ..bench import BENCH_METHODS, DEFAULT_METHODS, MODES
 
     p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
     p.add_argument("--draft", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B)")
@@ -20,7 +21,10 @@ def add_arguments(p) -> None:
     p.add_argument("--n-prompts", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--modes", default="greedy", help=f"comma list of {', '.join(MODES)} (sampled: T=1, top-k 50)")
-    p.add_argument("--methods", default=",".join(BENCH_METHODS), help="comma list of " + ", ".join(BENCH_METHODS))
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma list of " + ", ".join(BENCH_METHODS) + f" (default: {','.join(DEFAULT_METHODS)})")
+    p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
+                   help="the torch target every torch method uses (HF peers and specbound alike)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available)")
     p.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON and markdown reports")
@@ -37,7 +41,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ...assets.prompts import load_prompts
     from ...runtime import configure_threads
-    from ..bench import BENCH_METHODS, MODES, BenchConfig
+    from ..bench import BENCH_METHODS, LLAMACPP_METHODS, MODES, BenchConfig
     from ..report import check_output_dir
 
     at_least(args, 1, "n_prompts", "max_new_tokens", "repeats")
@@ -48,6 +52,10 @@ def run(args) -> int:
         bad = [x for x in given if x not in valid]
         if bad or not given:
             raise SpecboundError(f"{name}: unknown {bad or 'empty list'}; choose from {', '.join(valid)}")
+    if any(m in LLAMACPP_METHODS for m in methods) and not (args.verify_cost or args.contention):
+        from ...models.llamacpp import load_llama_cpp
+
+        load_llama_cpp()                    # not installed: the error names the install command, before loading
     out = check_output_dir(args.out)
     if args.verify_cost and args.contention:
         raise SpecboundError("--verify-cost and --contention are separate benchmarks: pick one")
@@ -93,19 +101,32 @@ def _contention(args, out) -> int:
 def _bench(args, config, prompts, out) -> int:
     from rich.console import Console
 
-    from ...models.loading import load_model, load_pair
+    from ...assets.gguf import gguf_path
+    from ...assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+    from ...models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
     from ..bench import run_bench
     from ..bench_report import bench_markdown
     from ..journal import PARTIAL_NAME, PartialResults
     from ..report import to_jsonable, write_json, write_text
 
     console = Console(stderr=True)
-    with console.status("loading models…"):
-        target, draft_fp32 = load_pair(args.target, args.draft)
-        draft_int8 = load_model(args.draft or draft_fp32.name, progress=False, prepack=False, int8=True)
-    models = {"target": target, "draft_fp32": draft_fp32, "draft_int8": draft_int8}
+    methods = set(config.methods)
+    with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
+        target, draft_int8 = load_pair(args.target, args.draft, draft_int8=True, target_precision=args.target_precision)
+        models = {"target": target, "draft_int8": draft_int8}
+        draft_name = args.draft or DEFAULT_DRAFT
+        if "hf-assisted-fp32" in methods:
+            models["draft_fp32"] = load_model(draft_name, progress=False)
+        if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft"}:
+            models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False)
+            check_same_tokenizer(target, models["draft_llamacpp"])
+        if "llamacpp-plain" in methods:
+            from ...models.llamacpp_peers import open_llama
+
+            models["llamacpp_target"] = open_llama(gguf_path(str(args.target or DEFAULT_TARGET), progress=False))
     journal = PartialResults(out / PARTIAL_NAME, {"bench": to_jsonable(config), "target": target.name,
-                                                  "draft": draft_fp32.name}, resume=args.resume)
+                                                  "target_kernels": target.info.kernels,
+                                                  "draft": draft_int8.name}, resume=args.resume)
     result = run_bench(models, prompts, config, journal, progress=not args.no_progress)
     command = "specbound bench " + " ".join(sys.argv[2:])
     stem = f"bench-{config.prompt_set}-{'-'.join(config.modes)}"
