@@ -7,6 +7,7 @@ import shlex
 import numpy as np
 import pytest
 
+from specbound.decoding import speculative_decode
 from specbound.advise import AdviseConfig, advise, measure_settings, measured_vs_predicted, recommendation
 from specbound.experiments.advise_report import write_advice
 from specbound.export import export_all
@@ -32,8 +33,14 @@ def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
     verify_cost, draft_cost = advice.cost_profiles()
     for mode, m in advice.modes.items():
         assert len(m.acceptance) == CONFIG.chain_gamma and all(0 <= a <= 1 for a in m.acceptance)
-        for g, s in m.chain.items():                       # E[tokens] = 1 + Σ Π α (Leviathan et al.)
-            assert s.expected_tokens == pytest.approx(expected_tokens_per_step(m.acceptance, g))
+        for g, s in m.chain.items():
+            if mode == "greedy":        # exact: the engine's own τ of a fixed-γ chain on the same prompts
+                runs = [speculative_decode(target, draft, p, CONFIG.tokens, gamma=g, temperature=0.0).metrics
+                        for p in prompts]
+                engine_tau = sum(r.new_tokens for r in runs) / sum(r.target_calls for r in runs)
+                assert s.expected_tokens == pytest.approx(engine_tau)
+            else:                       # E[tokens] = 1 + Σ Π α (Leviathan et al.)
+                assert s.expected_tokens == pytest.approx(expected_tokens_per_step(m.acceptance, g))
             assert s.predicted == pytest.approx(float(round_speedup(s.expected_tokens - 1, s.draft_seconds,
                                                                     verify_cost, g + 1)))
         values = [m.tree[P].expected_tokens for P in sorted(m.tree)]

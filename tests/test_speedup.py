@@ -62,3 +62,16 @@ def test_auto_gamma_is_lossless_at_greedy():
     auto = speculative_decode(tm, dm, [1], 50, gamma="auto", temperature=0.0)
     fixed = speculative_decode(tm, dm, [1], 50, gamma=1, temperature=0.0)
     assert auto.tokens == fixed.tokens
+
+
+def test_greedy_chain_rounds_follow_the_text():
+    """Hand-worked: matches T T F T T T F F give run lengths 2 1 0 3 2 1 0 0; a chain of γ = 2 commits
+    3, 3, 1, 1 tokens in 4 rounds, an unbounded chain 3, 4, 1 in 3 rounds, γ = 0 one per round."""
+    from specbound.theory.speedup import accepted_run_lengths, greedy_chain_rounds
+
+    matches = [True, True, False, True, True, True, False, False]
+    assert accepted_run_lengths(matches).tolist() == [2, 1, 0, 3, 2, 1, 0, 0]
+    assert greedy_chain_rounds(matches, 2) == (4, 8)
+    assert greedy_chain_rounds(matches, 10) == (3, 8)
+    assert greedy_chain_rounds(matches, 0) == (8, 8)
+    assert greedy_chain_rounds([], 4) == (0, 0)

@@ -5,8 +5,12 @@ Ingredients (all measured here, through the engine; formulas from :mod:`specboun
 
 * the engine's cost curve t(k) of the target and d(k) of the draft, k = 1…64, median of repeats
   with spread (:func:`specbound.decoding.costs.measure_costs`);
-* per-position acceptance of a drafted chain (greedy and T = 1): E[tokens per round] of a chain of
-  length γ is 1 + Σ_i Π_{j≤i} α_j (Leviathan et al. 2023; the tree value of a chain);
+* chains at greedy: whether the draft's arg-max equals the target's greedy token at every position
+  of the target's own greedy texts (one teacher-forced draft read), turned into E[tokens per round]
+  of a chain of length γ by following the rounds along the text (renewal-reward:
+  :func:`specbound.theory.speedup.greedy_chain_rounds`; acceptance on code comes in bursts, which
+  a per-position rate misprices); at T = 1 the per-position acceptance α_i of a drafted chain,
+  1 + Σ_i Π_{j≤i} α_j (Leviathan et al. 2023); a draft forward priced as it costs inside a chain;
 * the exact tree value E[X | T_dyn(P)] = Σ_{v∈T} p_target(v) of the dynamic draft tree at sampled
   positions, for every capacity P (Pankratov & Alistarh 2026, §2), and its level widths (the
   drafter reads one level per draft call);
@@ -31,7 +35,7 @@ from .decoding import DynamicTreeDrafter, SamplingConfig, autoregressive_decode,
 from .decoding.costs import CostMeasurement, measure_costs
 from .errors import SpecboundError
 from .theory.bounds import speed_of_light as bound_on_accepted
-from .theory.speedup import CostProfile, expected_tokens_per_step, round_speedup
+from .theory.speedup import CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup
 
 __all__ = ["AdviseConfig", "Advice", "ModeAdvice", "Setting", "advise", "measure_settings", "recommendation"]
 
@@ -103,12 +107,26 @@ class Advice:
 
 
 # ----------------------------------------------------------------------------------------------- measure
-def _pooled_acceptance(target, draft, prompts, tokens, gamma, sampling, seed) -> list[float]:
+@dataclass
+class AcceptanceRun:
+    """What the fixed-γ chain runs on the calibration prompts give: per-position acceptance α_i, the
+    target's texts (its own greedy text at T = 0) and the draft's seconds per forward inside a chain."""
+
+    alpha: list[float]
+    texts: list[tuple[list[int], list[int]]]       # (prompt, generated tokens)
+    draft_seconds_per_call: float
+
+
+def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> AcceptanceRun:
     """α_i = P(position i accepted | positions < i accepted), pooled over prompts, fixed γ."""
     reached, accepted = np.zeros(gamma), np.zeros(gamma)
+    texts, draft_seconds, draft_calls = [], 0.0, 0
     for k, ids in enumerate(prompts):
-        m = speculative_decode(target, draft, ids, tokens, gamma=gamma, temperature=sampling.temperature,
-                               top_k=sampling.top_k, top_p=sampling.top_p, seed=seed + k).metrics
+        res = speculative_decode(target, draft, ids, tokens, gamma=gamma, temperature=sampling.temperature,
+                                 top_k=sampling.top_k, top_p=sampling.top_p, seed=seed + k)
+        m = res.metrics
+        texts.append((list(ids), list(res.tokens)))
+        draft_seconds, draft_calls = draft_seconds + m.draft_time, draft_calls + m.draft_calls
         n = min(gamma, len(m.position_reached))
         reached[:n] += m.position_reached[:n]
         accepted[:n] += m.position_accepted[:n]
@@ -118,6 +136,32 @@ def _pooled_acceptance(target, draft, prompts, tokens, gamma, sampling, seed) ->
     for a in alpha:                                      # unseen deep positions reuse the last seen rate
         last = last if math.isnan(a) else float(a)
         out.append(last)
+    return AcceptanceRun(out, texts, draft_seconds / max(draft_calls, 1))
+
+
+def _contexts_of(texts, n: int, seed: int) -> list[list[int]]:
+    """``n`` positions drawn uniformly from the generated part of ``texts`` (prompt + tokens so far):
+    at greedy, tree values are taken along the target's own greedy text, where decoding goes."""
+    spots = [(i, j) for i, (_, tokens) in enumerate(texts) for j in range(len(tokens))]
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(spots), size=min(n, len(spots)), replace=False) if spots else []
+    return [texts[spots[p][0]][0] + texts[spots[p][0]][1][:spots[p][1]] for p in sorted(picks)]
+
+
+def _greedy_matches(draft, texts) -> list[np.ndarray]:
+    """Per text: does the draft's arg-max equal the target's greedy token, position by position?
+    One teacher-forced draft read per text (the draft sees exactly the prefixes a greedy chain
+    would: every accepted token is the target's)."""
+    import torch
+
+    out = []
+    for prompt, tokens in texts:
+        if not tokens:
+            continue
+        draft.reset()
+        logits = draft.forward(torch.tensor([prompt + tokens[:-1]]))[0, len(prompt) - 1:]
+        out.append((logits.argmax(-1) == torch.tensor(tokens)).numpy())
+    draft.reset()
     return out
 
 
@@ -177,14 +221,21 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
     modes = {}
     for mode in config.modes:
         sampling = MODES[mode]
-        alpha = _pooled_acceptance(target, draft, prompt_ids, config.tokens, config.chain_gamma, sampling, config.seed)
+        run = _acceptance_run(target, draft, prompt_ids, config.tokens, config.chain_gamma, sampling, config.seed)
+        alpha = run.alpha
+        matches = _greedy_matches(draft, run.texts) if sampling.greedy else None
         chain = {}
         for g in GAMMAS:
-            tau = expected_tokens_per_step(alpha, g)
-            seconds = float(draft_cost(1)) * g
+            if matches:          # exact along the target's greedy texts, rounds where they really start
+                rounds = [greedy_chain_rounds(m, g) for m in matches]
+                tau = sum(n for _, n in rounds) / max(sum(r for r, _ in rounds), 1)
+            else:
+                tau = expected_tokens_per_step(alpha, g)
+            seconds = run.draft_seconds_per_call * g      # a draft forward as it costs inside a running chain
             chain[g] = Setting("chain", g, tau, seconds, g + 1,
                                float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
-        values, widths = _dynamic_tree_values(target, draft, contexts, CAPACITIES, sampling, config.seed)
+        where = _contexts_of(run.texts, len(contexts), config.seed) if sampling.greedy else contexts
+        values, widths = _dynamic_tree_values(target, draft, where, CAPACITIES, sampling, config.seed)
         tree = {}
         for j, P in enumerate(CAPACITIES):
             seconds = _tree_draft_seconds(widths[j], draft_cost)

@@ -16,9 +16,11 @@ from ..errors import SpecboundError
 
 __all__ = [
     "CostProfile",
+    "accepted_run_lengths",
     "best_gamma",
     "expected_speedup",
     "expected_tokens_per_step",
+    "greedy_chain_rounds",
     "round_speedup",
     "speed_of_light_speedup",
 ]
@@ -80,6 +82,37 @@ def expected_tokens_per_step(alpha, gamma: int) -> float:
     if gamma < 0:
         raise SpecboundError(f"gamma must be >= 0, got {gamma}")
     return float(1.0 + np.cumprod(_acceptance_vector(alpha, gamma)).sum())
+
+
+def accepted_run_lengths(matches) -> np.ndarray:
+    """L_j = number of consecutive drafted tokens a greedy chain starting at position j gets accepted:
+    the run of True in ``matches`` (draft arg-max == target token, position by position) from j on."""
+    m = np.asarray(matches, dtype=bool)
+    runs = np.zeros(len(m) + 1, dtype=np.int64)
+    for j in range(len(m) - 1, -1, -1):
+        runs[j] = runs[j + 1] + 1 if m[j] else 0
+    return runs[:-1]
+
+
+def greedy_chain_rounds(matches, gamma: int) -> tuple[int, int]:
+    """(rounds, tokens) of greedy chain SD with a fixed draft length γ along one text (renewal-reward).
+
+    At greedy both models are deterministic, so whether the draft's arg-max equals the target's
+    token is a fixed property of each position (``matches``, read with one teacher-forced draft
+    pass over the target's own greedy text). A round starting at position j commits
+    min(L_j, γ) drafted tokens plus one recovered or bonus token; the next round starts after
+    them. Averaging over round starts, not over positions, is what makes bursty acceptance (long
+    runs on code) count as it does in a real run: a per-position acceptance rate α_i multiplied
+    into Π α_i (:func:`expected_tokens_per_step`) assumes the positions independent and
+    misprices long chains."""
+    if gamma < 0:
+        raise SpecboundError(f"gamma must be >= 0, got {gamma}")
+    runs = accepted_run_lengths(matches)
+    n, pos, rounds = len(runs), 0, 0
+    while pos < n:
+        pos += min(int(runs[pos]), gamma) + 1
+        rounds += 1
+    return rounds, n
 
 
 def step_seconds(gamma: int, draft_cost: float, verify_cost: CostProfile) -> float:

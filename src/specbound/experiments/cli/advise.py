@@ -10,11 +10,18 @@ DEFAULT_OUT = "runs/advise"
 
 
 def add_arguments(p) -> None:
+    from ...options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+
     p.add_argument("--target", default=None, help="packaged model name or local path (default: Qwen2.5-Coder-1.5B); "
                                                  "a .gguf file with --engine llamacpp")
     p.add_argument("--draft", default=None, help="packaged model name or local path (default: Qwen2.5-Coder-0.5B)")
     p.add_argument("--engine", default="torch", choices=["torch", "llamacpp"],
-                   help="where to measure: PyTorch (fp32 target, int8 draft) or llama.cpp (the GGUF files)")
+                   help="where to measure: PyTorch (the --target-precision target, int8 draft) or llama.cpp "
+                        "(the GGUF files)")
+    p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
+                   help="with --engine torch: the target you run (int8 or fp32)")
+    p.add_argument("--draft-engine", default="torch", choices=list(DRAFT_ENGINES),
+                   help="with --engine torch: where the draft runs (torch int8, or its GGUF on llama.cpp)")
     p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k")
     p.add_argument("--offset", type=int, default=20, help="first calibration prompt (held-out checks use the next ones)")
     p.add_argument("--n-prompts", type=int, default=4, help="calibration prompts")
@@ -46,7 +53,7 @@ def run(args) -> int:
     calibration = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
     check = load_prompts(args.prompt_set, limit=args.check_prompts, offset=args.offset + args.n_prompts) \
         if args.check_prompts else []
-    _check_engine_available(args.engine)
+    _check_engine_available("llamacpp" if args.draft_engine == "llamacpp" else args.engine)
     configure_threads(args.threads)
     config = AdviseConfig(args.engine, args.prompt_set, args.offset, len(calibration), args.tokens, args.positions,
                           repeats=args.repeats, modes=modes)
@@ -77,7 +84,8 @@ def _advise(args, config, calibration, check, out) -> int:
 
     console = Console(stderr=True)
     with console.status(f"loading the pair on {config.engine}…"):
-        target, draft, paths = load_engine_pair(config.engine, args.target, args.draft)
+        target, draft, paths = load_engine_pair(config.engine, args.target, args.draft,
+                                                target_precision=args.target_precision, draft_engine=args.draft_engine)
     ids = encode_prompts(target, calibration)
     with progress_bar(not args.no_progress) as bar:
         advice = advise(target, draft, ids, config, progress=bar)
