@@ -16,7 +16,8 @@ from specbound.decoding import SamplingConfig, autoregressive_decode, speculativ
 from specbound.errors import SpecboundError
 from specbound.models.hf import HFModel
 from specbound.models.int8 import (
-    Int8Embedding, Int8Linear, activation_absmax, int8_available, load_int8, quantize_int8, read_int8_description,
+    Int8Embedding, Int8Linear, activation_absmax, int8_available, load_int8, outlier_channels, quantize_int8,
+    read_int8_description,
     save_int8,
 )
 from test_hf_backend import _exact_first_two_law
@@ -203,3 +204,47 @@ def test_bad_construction_arguments_are_clear_errors():
         Int8Linear(torch.zeros(4, 4, dtype=torch.int8), torch.ones(3))
     with pytest.raises(SpecboundError, match="weight scales"):
         Int8Linear.from_linear(nn.Linear(4, 4), weights="row")
+
+
+def _outlier_linear(seed: int) -> tuple[nn.Linear, torch.Tensor]:
+    torch.manual_seed(seed)
+    linear = nn.Linear(64, 96)
+    x = torch.randn(9, 64, generator=torch.Generator().manual_seed(seed + 1))
+    x[:, [5, 40]] *= 80.0                                  # two outlier input channels, as in LLM activations
+    return linear, x
+
+
+def test_outlier_channels_apart_are_batch_invariant_and_more_accurate():
+    linear, x = _outlier_linear(8)
+    picked = outlier_channels(x.abs().amax(0), 2)
+    assert picked.tolist() == [5, 40]
+    plain, split = Int8Linear.from_linear(linear), Int8Linear.from_linear(linear, outliers=picked)
+    with torch.inference_mode():
+        ref = linear(x)
+        together = split(x)
+        for i in range(len(x)):
+            torch.testing.assert_close(split(x[i:i + 1]), together[i:i + 1], rtol=0, atol=0)
+        e_plain = float((plain(x) - ref).norm() / ref.norm())
+        e_split = float((together - ref).norm() / ref.norm())
+    assert e_split < e_plain / 3
+    w = linear.weight.detach()
+    torch.testing.assert_close(split.dequantized_weight(), w, rtol=0, atol=float(w.abs().max()) / 127)
+    clone = copy.deepcopy(split)
+    with torch.inference_mode():
+        torch.testing.assert_close(clone(x), together, rtol=0, atol=0)
+
+
+def test_outlier_layers_round_trip_through_the_file(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    model = tiny_transformer(3, vocab=VOCAB)
+    batches = [torch.randint(0, VOCAB, (1, 16), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    quantize_int8(model, absmax=activation_absmax(model, batches), outliers=3)
+    layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(m.outliers is not None and m.outliers.numel() == 3 for m in layers)
+    save_int8(model, _NoTokenizer(), tmp_path)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda *a, **k: None)
+    loaded, _ = load_int8(tmp_path)
+    ids = torch.randint(0, VOCAB, (1, 10), generator=torch.Generator().manual_seed(9))
+    with torch.inference_mode():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=0)

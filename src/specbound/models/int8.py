@@ -44,7 +44,7 @@ from .fast import _release_pages, trim_heap
 
 __all__ = [
     "INT8_FORMAT", "Int8Embedding", "Int8Linear", "activation_absmax", "int8_available", "load_int8",
-    "quantize_int8", "save_int8",
+    "outlier_channels", "quantize_int8", "read_int8_description", "save_int8", "smoothing_factors",
 ]
 
 #: Version tag of the on-disk int8 format (read back by :func:`load_int8`).
@@ -70,73 +70,126 @@ def _quantize_rows(weight: torch.Tensor, per_channel: bool) -> tuple[torch.Tenso
 class Int8Linear(nn.Module):
     """y = x Wᵀ + b with int8 weights and int8 activations (fbgemm), see the module docstring.
 
-    Build with :meth:`from_linear` (quantises a float layer) or from stored ``qweight``/``scale``.
-    ``activations="token"`` (default) is batch-invariant; ``"tensor"`` is fbgemm's default dynamic
-    quantisation (one scale per call), kept for comparison.
+    Build with :meth:`from_linear` (quantises a float layer) or from stored values. ``activations=
+    "token"`` (default) is batch-invariant; ``"tensor"`` is fbgemm's default dynamic quantisation
+    (one scale per call), kept for comparison. ``outliers`` (input channel indices, token mode only)
+    are read in a group of their own — their own per-token scale and a second int8 product — so a
+    few channels with very large activations do not coarsen every other channel's steps (the
+    weight columns of the group are quantised apart too); ``qweight``/``scale`` then hold the
+    other columns.
     """
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
-                 smooth: torch.Tensor | None = None, activations: str = "token"):
+                 smooth: torch.Tensor | None = None, activations: str = "token",
+                 outliers: torch.Tensor | None = None, qweight_outliers: torch.Tensor | None = None,
+                 scale_outliers: torch.Tensor | None = None):
         super().__init__()
         if activations not in ACTIVATION_SCALES:
             raise SpecboundError(f"activations must be one of {ACTIVATION_SCALES}, got {activations!r}")
         if qweight.dtype != torch.int8 or qweight.ndim != 2:
             raise SpecboundError(f"qweight must be an int8 matrix, got {qweight.dtype} {tuple(qweight.shape)}")
-        self.out_features, self.in_features = qweight.shape
-        scale = scale.detach().float().reshape(-1)
-        if scale.numel() not in (1, self.out_features):
-            raise SpecboundError(f"scale has {scale.numel()} values for {self.out_features} output rows")
+        n_out = 0 if outliers is None else int(outliers.numel())
+        if n_out and (activations != "token" or qweight_outliers is None or scale_outliers is None
+                      or tuple(qweight_outliers.shape) != (qweight.shape[0], n_out)):
+            raise SpecboundError("outlier channels need per-token activations and their own int8 columns")
+        self.out_features, self.in_features = qweight.shape[0], qweight.shape[1] + n_out
         self.activations = activations
-        self.register_buffer("scale", scale.clone(), persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone(), persistent=False)
         self.register_buffer("inv_smooth", None if smooth is None else (1.0 / smooth.detach().float()).clone(),
                              persistent=False)
-        self._packed = torch.ops.quantized.linear_prepack(self._quantized(qweight), None)
-        anchor = torch.zeros(1, self.in_features)
-        anchor[0, 0], anchor[0, -1] = -1.0, 1.0
-        self.register_buffer("anchor", anchor, persistent=False)
+        self.scale, self._packed, self.anchor = self._group(qweight, scale)
+        self.outliers = self.keep = None
+        if n_out:
+            outliers = outliers.detach().to(torch.long).reshape(-1)
+            keep = torch.ones(self.in_features, dtype=torch.bool)
+            keep[outliers] = False
+            self.outliers, self.keep = outliers.clone(), keep.nonzero().reshape(-1)
+            self.scale_outliers, self._packed_outliers, self.anchor_outliers = self._group(qweight_outliers,
+                                                                                         scale_outliers)
 
-    def _quantized(self, qweight: torch.Tensor) -> torch.Tensor:
-        if self.scale.numel() == 1:
-            return torch._make_per_tensor_quantized_tensor(qweight.contiguous(), float(self.scale), 0)
-        zeros = torch.zeros(self.out_features, dtype=torch.long)
-        return torch._make_per_channel_quantized_tensor(qweight.contiguous(), self.scale.double(), zeros, 0)
+    def _group(self, qweight: torch.Tensor, scale: torch.Tensor):
+        """(scales, fbgemm-packed weight, anchor row) of one column group."""
+        scale = scale.detach().float().reshape(-1).clone()
+        if scale.numel() not in (1, qweight.shape[0]):
+            raise SpecboundError(f"scale has {scale.numel()} values for {qweight.shape[0]} output rows")
+        if scale.numel() == 1:
+            quantized = torch._make_per_tensor_quantized_tensor(qweight.contiguous(), float(scale), 0)
+        else:
+            zeros = torch.zeros(qweight.shape[0], dtype=torch.long)
+            quantized = torch._make_per_channel_quantized_tensor(qweight.contiguous(), scale.double(), zeros, 0)
+        anchor = torch.zeros(1, qweight.shape[1])
+        anchor[0, 0], anchor[0, -1] = -1.0, 1.0
+        return scale, torch.ops.quantized.linear_prepack(quantized, None), anchor
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, weights: str = "channel", activations: str = "token",
-                    smooth: torch.Tensor | None = None) -> "Int8Linear":
+                    smooth: torch.Tensor | None = None, outliers: torch.Tensor | None = None) -> "Int8Linear":
         if weights not in WEIGHT_SCALES:
             raise SpecboundError(f"weight scales must be one of {WEIGHT_SCALES}, got {weights!r}")
         w = linear.weight.detach().float()
         if smooth is not None:
             w = w * smooth.float()[None, :]
-        q, scale = _quantize_rows(w, per_channel=weights == "channel")
-        return cls(q, scale, linear.bias, smooth, activations)
+        per_channel = weights == "channel"
+        if outliers is None or outliers.numel() == 0:
+            q, scale = _quantize_rows(w, per_channel)
+            return cls(q, scale, linear.bias, smooth, activations)
+        outliers = outliers.to(torch.long).reshape(-1)
+        keep = torch.ones(w.shape[1], dtype=torch.bool)
+        keep[outliers] = False
+        q, scale = _quantize_rows(w[:, keep], per_channel)
+        q_out, scale_out = _quantize_rows(w[:, outliers], per_channel)
+        return cls(q, scale, linear.bias, smooth, activations, outliers, q_out, scale_out)
+
+    @staticmethod
+    def _unpack(packed) -> torch.Tensor:
+        weight, _ = torch.ops.quantized.linear_unpack(packed)
+        return weight.int_repr()
 
     @property
     def qweight(self) -> torch.Tensor:
-        """The int8 weight values [out, in] (unpacked from fbgemm's layout)."""
-        weight, _ = torch.ops.quantized.linear_unpack(self._packed)
-        return weight.int_repr()
+        """The int8 weight values [out, in] of the main column group (fbgemm's layout unpacked)."""
+        return self._unpack(self._packed)
+
+    @property
+    def qweight_outliers(self) -> torch.Tensor | None:
+        return None if self.outliers is None else self._unpack(self._packed_outliers)
 
     @property
     def smooth(self) -> torch.Tensor | None:
         return None if self.inv_smooth is None else 1.0 / self.inv_smooth
 
     def dequantized_weight(self) -> torch.Tensor:
-        """W as the layer uses it (float32, smoothing undone)."""
-        w = self.qweight.float() * (self.scale[:, None] if self.scale.numel() > 1 else self.scale)
+        """W as the layer uses it (float32, smoothing undone, column groups put back together)."""
+        def scaled(q, scale):
+            return q.float() * (scale[:, None] if scale.numel() > 1 else scale)
+
+        main = scaled(self.qweight, self.scale)
+        if self.outliers is None:
+            w = main
+        else:
+            w = torch.empty(self.out_features, self.in_features)
+            w[:, self.keep] = main
+            w[:, self.outliers] = scaled(self.qweight_outliers, self.scale_outliers)
         return w if self.inv_smooth is None else w * self.inv_smooth[None, :]
+
+    @staticmethod
+    def _per_token(x: torch.Tensor, packed, anchor: torch.Tensor) -> torch.Tensor:
+        """Each row scaled to max |x| = 1, the anchor row fixing fbgemm's range to [-1, 1]; then
+        each output row multiplied back by its row's max (see the module docstring)."""
+        m = x.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
+        y = torch.ops.quantized.linear_dynamic(torch.cat([x / m, anchor]), packed, True)[:-1]
+        return y.mul_(m)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, self.in_features).float()
         if self.inv_smooth is not None:
             x = x * self.inv_smooth
-        if self.activations == "token":
-            m = x.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
-            y = torch.ops.quantized.linear_dynamic(torch.cat([x / m, self.anchor]), self._packed, True)[:-1]
-            y.mul_(m)
+        if self.activations == "token" and self.outliers is None:
+            y = self._per_token(x, self._packed, self.anchor)
+        elif self.activations == "token":
+            y = self._per_token(x.index_select(1, self.keep), self._packed, self.anchor)
+            y.add_(self._per_token(x.index_select(1, self.outliers), self._packed_outliers, self.anchor_outliers))
         elif x.shape[0] == 1:              # x86's one-row int8 path is slow: read the row twice
             y = torch.ops.quantized.linear_dynamic(torch.cat([x, x]), self._packed, True)[:1]
         else:
@@ -147,12 +200,15 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         kind = "per-channel" if self.scale.numel() > 1 else "per-tensor"
+        extra = (", smoothed" if self.inv_smooth is not None else "") + \
+            (f", {self.outliers.numel()} outlier channels apart" if self.outliers is not None else "")
         return (f"in_features={self.in_features}, out_features={self.out_features}, weights=int8 {kind}, "
-                f"activations=int8 per-{self.activations}{', smoothed' if self.inv_smooth is not None else ''}")
+                f"activations=int8 per-{self.activations}{extra}")
 
     # fbgemm's packed weights are an opaque object: copy.deepcopy rebuilds the layer from its values
     def __deepcopy__(self, memo):
-        return Int8Linear(self.qweight.clone(), self.scale.clone(), self.bias, self.smooth, self.activations)
+        return Int8Linear(self.qweight.clone(), self.scale.clone(), self.bias, self.smooth, self.activations,
+                          self.outliers, self.qweight_outliers, None if self.outliers is None else self.scale_outliers)
 
 
 class Int8Embedding(nn.Module):
@@ -220,18 +276,27 @@ def smoothing_factors(act_absmax: torch.Tensor, weight: torch.Tensor, alpha: flo
     return s / s.log().mean().exp()
 
 
+def outlier_channels(absmax: torch.Tensor, count: int) -> torch.Tensor:
+    """The ``count`` input channels with the largest calibrated max |x_j| (sorted indices)."""
+    count = min(int(count), absmax.numel() - 2)
+    return absmax.float().topk(count).indices.sort().values if count > 0 else torch.zeros(0, dtype=torch.long)
+
+
 def _release(tensor: torch.Tensor) -> None:
     _release_pages(tensor)
 
 
 def quantize_int8(model: nn.Module, weights: str = "channel", activations: str = "token",
                   smooth: dict[str, torch.Tensor] | None = None, alpha: float = 0.5,
-                  embedding: bool = True) -> nn.Module:
+                  embedding: bool = True, absmax: dict[str, torch.Tensor] | None = None,
+                  outliers: int = 0) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` by an :class:`Int8Linear` (in place; returns the model).
 
     ``smooth`` maps a linear's qualified name to its calibrated max|x_j| (:func:`activation_absmax`);
-    those layers are smoothed with strength ``alpha``. ``embedding`` also stores the input embedding
-    as int8 rows. Pages of replaced weights are returned to the OS as layers are converted.
+    those layers are smoothed with strength ``alpha``. ``absmax`` (same form) with ``outliers`` = n
+    puts each layer's n input channels of largest calibrated max|x_j| in a group of their own.
+    ``embedding`` also stores the input embedding as int8 rows. Pages of replaced weights are
+    returned to the OS as layers are converted.
     """
     if not int8_available():
         raise SpecboundError("int8 kernels need a torch build with fbgemm (x86 CPUs); use the fp32 model")
@@ -241,10 +306,12 @@ def quantize_int8(model: nn.Module, weights: str = "channel", activations: str =
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for parent, name, qualified, linear in list(_linears(model)):
-            factors = None
+            factors = picked = None
             if smooth is not None and qualified in smooth:
                 factors = smoothing_factors(smooth[qualified], linear.weight, alpha)
-            setattr(parent, name, Int8Linear.from_linear(linear, weights, activations, factors))
+            if outliers and absmax is not None and qualified in absmax:
+                picked = outlier_channels(absmax[qualified], outliers)
+            setattr(parent, name, Int8Linear.from_linear(linear, weights, activations, factors, picked))
             if shared.get(linear.weight.data_ptr(), 0) == 1:
                 _release(linear.weight.data)
         if embedding:
@@ -278,6 +345,10 @@ def _state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict]:
                 tensors[f"{qualified}.bias"] = module.bias.contiguous()
             if module.inv_smooth is not None:
                 tensors[f"{qualified}.smooth"] = module.smooth.contiguous()
+            if module.outliers is not None:
+                tensors[f"{qualified}.outliers"] = module.outliers.contiguous()
+                tensors[f"{qualified}.qweight_outliers"] = module.qweight_outliers.contiguous()
+                tensors[f"{qualified}.scale_outliers"] = module.scale_outliers.contiguous()
             layers[qualified] = {"kind": "linear", "activations": module.activations}
         elif isinstance(module, Int8Embedding):
             int8_modules.add(qualified)
@@ -344,7 +415,9 @@ def load_int8(directory: Path):
             if layer["kind"] == "linear":
                 bias = f.get_tensor(f"{qualified}.bias") if f"{qualified}.bias" in names else None
                 smooth = f.get_tensor(f"{qualified}.smooth") if f"{qualified}.smooth" in names else None
-                module = Int8Linear(q, scale, bias, smooth, layer.get("activations", "token"))
+                extra = [f.get_tensor(f"{qualified}.{k}") if f"{qualified}.outliers" in names else None
+                         for k in ("outliers", "qweight_outliers", "scale_outliers")]
+                module = Int8Linear(q, scale, bias, smooth, layer.get("activations", "token"), *extra)
                 _release(q)                       # packed now: the file's pages are not needed again
             elif layer["kind"] == "embedding":
                 module = Int8Embedding(q.clone(), scale, layer.get("padding_idx"))
@@ -352,7 +425,8 @@ def load_int8(directory: Path):
             else:
                 raise SpecboundError(f"{directory}: unknown int8 layer kind {layer['kind']!r}")
             setattr(parent, attr, module)
-        owned = {f"{q}.{suffix}" for q in desc["layers"] for suffix in ("qweight", "scale", "bias", "smooth")}
+        owned = {f"{q}.{suffix}" for q in desc["layers"]
+                 for suffix in ("qweight", "scale", "bias", "smooth", "outliers", "qweight_outliers", "scale_outliers")}
         for name in names - owned:
             float_state[name] = f.get_tensor(name)
     missing = [n for n, p in model.named_parameters() if p.is_meta and n not in float_state]
