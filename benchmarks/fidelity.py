@@ -6,8 +6,9 @@ oneDNN-prepacked) writes a greedy continuation; then every variant reads the sam
 fp32's: top-1 agreement (same arg-max) and KL(fp32 ‖ variant) in nats (T = 1, full vocabulary).
 
 Variants: int8 torch targets with per-tensor or per-channel weight scales and per-tensor or
-per-token activation scales (optionally SmoothQuant-smoothed, calibrated on development prompts
-that are not evaluated), and llama.cpp's Q4_K_M on the packaged GGUF (its own logits, one
+per-token activation scales, with the n input channels of largest activation read apart or
+SmoothQuant-smoothed (both calibrated on specbound's built-in calibration texts, which share nothing
+with the prompt sets), and llama.cpp's Q4_K_M on the packaged GGUF (its own logits, one
 batched read — the kernels llama.cpp uses when it verifies a draft).
 
     python benchmarks/fidelity.py --n-prompts 8 --out docs/results/fidelity
@@ -26,6 +27,7 @@ import torch
 
 from specbound.assets.models import DEFAULT_TARGET, gguf_path, load_hf_model
 from specbound.assets.prompts import format_prompt, load_prompts
+from specbound.models.calibration import calibration_batches
 from specbound.models.hf import HFModel
 from specbound.models.int8 import activation_absmax, quantize_int8
 from specbound.models.loading import load_model
@@ -35,7 +37,10 @@ SETS = {"humaneval": 10, "mtbench": 8, "gsm8k": 8}          # held-out offsets (
 VARIANTS = {
     "int8 w:tensor a:tensor (torch default)": dict(weights="tensor", activations="tensor"),
     "int8 w:channel a:tensor": dict(weights="channel", activations="tensor"),
-    "int8 w:channel a:token (specbound)": dict(weights="channel", activations="token"),
+    "int8 w:channel a:token": dict(weights="channel", activations="token"),
+    "int8 w:channel a:token, 4 outlier channels apart": dict(weights="channel", activations="token", outliers=4),
+    "int8 w:channel a:token, 8 outlier channels apart": dict(weights="channel", activations="token", outliers=8),
+    "int8 w:channel a:token, 16 outlier channels apart": dict(weights="channel", activations="token", outliers=16),
     "int8 w:channel a:token + smooth 0.5": dict(weights="channel", activations="token", alpha=0.5),
 }
 
@@ -110,22 +115,17 @@ def main(argv=None) -> int:
     seqs, refs = {}, {}
     for i, (name, ids) in enumerate(items):
         seqs[name] = ids + greedy_continuation(fp32, ids, args.continuation)
-        refs[name] = read_all(fp32, seqs[name]).to(torch.bfloat16)
+        refs[name] = read_all(fp32, seqs[name])          # float32: bf16 would round logits by ~0.1
         print(f"[{i + 1}/{len(items)}] fp32 reference {name}: {len(seqs[name])} tokens "
               f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    calib = None
-    if any("alpha" in v for v in variants.values()):
-        dev = []
-        for name in sets:               # development prompts: before the held-out offsets, never evaluated
-            dev += [torch.tensor([tok(format_prompt(tok, p), return_tensors="pt").input_ids[0].tolist()])
-                    for p in load_prompts(name, limit=2, offset=0)]
-        calib = activation_absmax(fp32.model, dev)
+    del fp32
+    calib = None                        # activation statistics from the built-in calibration texts
     results = {}
 
     def evaluate(label, model):
         rows = []
         for name, ids in seqs.items():
-            agree, kl = compare(refs[name].float(), read_all(model, ids))
+            agree, kl = compare(refs[name], read_all(model, ids))
             rows.append({"prompt": name, "agree": agree.tolist(), "kl": kl.tolist()})
         per_set = {s: summarise([r for r in rows if r["prompt"].startswith(s + "/")]) for s in sets}
         results[label] = {"all": summarise(rows), "per_set": per_set}
@@ -134,8 +134,11 @@ def main(argv=None) -> int:
 
     for label, spec in variants.items():
         hf, _ = load_hf_model(DEFAULT_TARGET, progress=False)
+        if calib is None and ("alpha" in spec or "outliers" in spec):
+            calib = activation_absmax(hf, calibration_batches(tok))
         quantize_int8(hf, weights=spec["weights"], activations=spec["activations"],
-                      smooth=calib if "alpha" in spec else None, alpha=spec.get("alpha", 0.5))
+                      smooth=calib if "alpha" in spec else None, alpha=spec.get("alpha", 0.5),
+                      absmax=calib, outliers=spec.get("outliers", 0))
         model = HFModel(hf, tok, name=label)
         evaluate(label, model)
         del model, hf

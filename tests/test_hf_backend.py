@@ -36,12 +36,12 @@ def test_greedy_sd_token_identical_to_hf_generate(pair, gamma):
         assert 0 < sum(out.metrics.accepted_per_step) < 30 or gamma == 1
 
 
-def _exact_first_two_law(model: HFModel, prompt, config):
+def _exact_first_two_law(model: HFModel, prompt, config, vocab: int = VOCAB):
     """Law of (x_1, x_2) under the target's processed distribution, by enumerating x_1."""
     model.reset()
     with torch.inference_mode():
         first = logits_to_probs(model.model(input_ids=prompt).logits[0, -1].double(), config)
-        law = np.zeros((VOCAB, VOCAB))
+        law = np.zeros((vocab, vocab))
         for tok in torch.nonzero(first).flatten().tolist():
             ext = torch.cat([prompt, torch.tensor([[tok]])], dim=1)
             second = logits_to_probs(model.model(input_ids=ext).logits[0, -1].double(), config)

@@ -1,6 +1,7 @@
 """Load a target/draft pair of Hugging Face models (packaged names or local directories)."""
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 
@@ -10,23 +11,53 @@ from ..assets.models import (
 from ..errors import SpecboundError
 from .fast import prepack_linears
 from .hf import HFModel
-from .int8 import load_int8, quantize_int8, save_int8
+from .calibration import calibration_batches
+from .int8 import activation_absmax, load_int8, quantize_int8, read_int8_description, save_int8
 from ..options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine, check_precision
 
 __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_KERNELS", "TARGET_PRECISIONS", "build_int8",
            "check_draft_engine", "check_precision", "check_same_tokenizer", "load_engine_pair", "load_gguf_model",
            "load_model", "load_pair"]
 
-#: Kernel name of int8 models (part of the cost-cache key and of every report).
-INT8_KERNELS = "int8-fbgemm (per-channel weights, per-token activations)"
+#: Input channels of largest calibrated activation read in a group of their own, per layer
+#: (docs/results/fidelity: 8 brings the int8 target closest to fp32 of the counts tried).
+INT8_OUTLIERS = 8
+#: Kernel name of int8 models (part of the cost-cache key, of the int8 cache's recipe, of every report).
+INT8_KERNELS = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_OUTLIERS} outlier channels apart)"
+
+
+def quantize_target(model, tokenizer):
+    """Quantise a float model in place the way specbound's int8 targets are: activation statistics
+    from the built-in calibration texts, then :func:`~specbound.models.int8.quantize_int8` with the
+    :data:`INT8_OUTLIERS` largest channels of every layer apart (none without a tokenizer)."""
+    absmax = activation_absmax(model, calibration_batches(tokenizer)) if tokenizer is not None else None
+    return quantize_int8(model, absmax=absmax, outliers=INT8_OUTLIERS if absmax else 0)
 
 
 def build_int8(model, tokenizer, directory) -> dict:
-    """Quantise a float model (:func:`~specbound.models.int8.quantize_int8`) and write it into
-    ``directory``; the builder the int8 model cache uses. Returns what the cache marker records."""
-    quantize_int8(model)
+    """Quantise a float model (:func:`quantize_target`) and write it into ``directory``; the builder
+    the int8 model cache uses. Returns what the cache marker records."""
+    quantize_target(model, tokenizer)
     save_int8(model, tokenizer, directory, info={"kernels": INT8_KERNELS})
     return {"kernels": INT8_KERNELS}
+
+
+def _int8_directory(name, progress: bool):
+    """The cached int8 model of a packaged name, rebuilt when it was made by another recipe."""
+    directory = resolve_model(name, progress=progress, precision="int8", builder=build_int8)
+    try:
+        recipe = read_int8_description(directory).get("kernels")
+    except SpecboundError:
+        recipe = None
+    if recipe != INT8_KERNELS:
+        from ..assets.convert import convert_packaged_model
+
+        if progress:
+            print(f"{name}: the cached int8 model was made by another recipe ({recipe}); rebuilding it",
+                  file=sys.stderr)
+        directory = convert_packaged_model(str(name), force=True, progress=progress, precision="int8",
+                                           builder=build_int8)
+    return directory
 
 
 def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: bool = False,
@@ -43,12 +74,11 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     precision = check_precision("int8" if int8 else (precision or "fp32"))
     t0 = time.perf_counter()
     if precision == "int8" and is_packaged_name(name_or_path):
-        directory = resolve_model(name_or_path, progress=progress, precision="int8", builder=build_int8)
-        model, tokenizer = load_int8(directory)
+        model, tokenizer = load_int8(_int8_directory(name_or_path, progress))
         kernels = INT8_KERNELS
     elif precision == "int8":
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
-        quantize_int8(model)
+        quantize_target(model, tokenizer)
         kernels = INT8_KERNELS
     else:
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
