@@ -204,20 +204,24 @@ def cmd_models(args) -> int:
     rows = list_models(verify=args.verify)
     title = "packaged models (converted once into the local cache on first use)"
     table = Table(title=title + (", sha256 verified" if args.verify else ""))
-    for col in ("name", "role", "packages installed", "converted", "cache check", "GGUF size", "cache path"):
+    for col in ("name", "role", "packages installed", "fp32 cache", "int8 cache", "GGUF size", "cache path"):
         table.add_column(col, overflow="fold")
     for row in rows:
         check = row.check.describe() + ("".join(f"; {p}" for p in row.check.problems)
                                         if row.check.state == "verified" else "")
-        table.add_row(row.name, row.role, "yes" if row.installed else "no", "yes" if row.converted else "no",
-                      check, f"{row.size / 1e6:,.0f} MB", str(row.path))
+        int8 = row.int8.describe() if row.int8 is not None else "–"
+        table.add_row(row.name, row.role, "yes" if row.installed else "no", check, int8,
+                      f"{row.size / 1e6:,.0f} MB", str(row.path.parent))
     Console().print(table)
     for row in rows:
         if row.check.state == "damaged":
             print(f"{row.name}: rebuild with {rebuild_command(row.name)}"
                   + (" (or just load it: it is rebuilt automatically)" if row.installed else ""))
     print("Any local Hugging Face model directory also works: --target /path/to/model")
-    return 1 if any(row.check.state == "damaged" for row in rows) else 0
+    print("fp32 caches are written only for --target-precision fp32 (or --draft-fp32); int8 caches are "
+          "quantised straight from the GGUF files")
+    return 1 if any(row.check.state == "damaged" or (row.int8 is not None and row.int8.state == "damaged")
+                    for row in rows) else 0
 
 
 def register(sub) -> None:

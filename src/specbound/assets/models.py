@@ -239,6 +239,7 @@ class ModelRow(NamedTuple):
     size: int  #: bytes of the packaged GGUF file
     path: Path  #: converted directory (exists only when ``converted``)
     gguf: Path | None  #: the cached assembled GGUF file, if there is one
+    int8: CacheCheck | None = None  #: the cached int8 model (``<name>@int8``), checked like the fp32 one
 
 
 def list_models(*, verify: bool = False, progress: bool = True) -> list[ModelRow]:
@@ -247,8 +248,9 @@ def list_models(*, verify: bool = False, progress: bool = True) -> list[ModelRow
     for m in PACKAGED_MODELS.values():
         check = verify_model(m.name, progress=progress) if verify else check_converted(m.name)
         cached_gguf = gguf_cache_path(m.name)
+        int8 = check_converted(m.name, precision="int8", full=verify)
         rows.append(ModelRow(m.name, m.role, is_installed(m), check.usable, check, m.size, converted_dir(m.name),
-                             cached_gguf if cached_gguf.is_file() else None))
+                             cached_gguf if cached_gguf.is_file() else None, int8))
     return rows
 
 
