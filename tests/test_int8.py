@@ -4,6 +4,7 @@ to its own greedy decoding and has exactly its law at T > 0; fbgemm's per-tensor
 batch-invariant (the contrast that shows the invariance tests can fail); the on-disk format
 round-trips exactly and refuses damaged descriptions."""
 import copy
+from pathlib import Path
 import json
 
 import numpy as np
@@ -248,3 +249,21 @@ def test_outlier_layers_round_trip_through_the_file(tmp_path, monkeypatch):
     ids = torch.randint(0, VOCAB, (1, 10), generator=torch.Generator().manual_seed(9))
     with torch.inference_mode():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=0)
+
+
+def test_fusing_shared_input_layers_changes_no_bit():
+    from specbound.models.int8 import fuse_shared_inputs
+
+    model = tiny_transformer(4, vocab=VOCAB)
+    batches = [torch.randint(0, VOCAB, (1, 16), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    quantize_int8(model, absmax=activation_absmax(model, batches), outliers=2)
+    ids = torch.randint(0, VOCAB, (1, 11), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+        assert fuse_shared_inputs(model) == 2 * 2                 # q/k/v and gate/up in each of 2 layers
+        after = model(input_ids=ids).logits
+        step = model(input_ids=ids[:, :4]).logits[0, -1]
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+    torch.testing.assert_close(step, before[0, 3], rtol=0, atol=0)
+    with pytest.raises(SpecboundError, match="unfused"):
+        save_int8(model, _NoTokenizer(), Path("/nonexistent"))

@@ -44,7 +44,7 @@ from .fast import _release_pages, trim_heap
 
 __all__ = [
     "INT8_FORMAT", "Int8Embedding", "Int8Linear", "activation_absmax", "int8_available", "load_int8",
-    "outlier_channels", "quantize_int8", "read_int8_description", "save_int8", "smoothing_factors",
+    "fuse_shared_inputs", "outlier_channels", "quantize_int8", "read_int8_description", "save_int8", "smoothing_factors",
 ]
 
 #: Version tag of the on-disk int8 format (read back by :func:`load_int8`).
@@ -176,9 +176,12 @@ class Int8Linear(nn.Module):
     def _per_token(x: torch.Tensor, packed, anchor: torch.Tensor) -> torch.Tensor:
         """Each row scaled to max |x| = 1, the anchor row fixing fbgemm's range to [-1, 1]; then
         each output row multiplied back by its row's max (see the module docstring)."""
-        m = x.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
-        y = torch.ops.quantized.linear_dynamic(torch.cat([x / m, anchor]), packed, True)[:-1]
-        return y.mul_(m)
+        k = x.shape[0]
+        m = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_min_(1e-30)
+        rows = torch.empty(k + 1, x.shape[1])
+        torch.div(x, m, out=rows[:k])
+        rows[k] = anchor[0]
+        return torch.ops.quantized.linear_dynamic(rows, packed, True)[:k].mul_(m)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -209,6 +212,68 @@ class Int8Linear(nn.Module):
     def __deepcopy__(self, memo):
         return Int8Linear(self.qweight.clone(), self.scale.clone(), self.bias, self.smooth, self.activations,
                           self.outliers, self.qweight_outliers, None if self.outliers is None else self.scale_outliers)
+
+
+def _concat_rows(layers: list[Int8Linear]) -> Int8Linear:
+    """One :class:`Int8Linear` computing several layers that read the same input (their output
+    rows stacked). Exact: rows are quantised independently, and the layers share the input's
+    per-token scales and outlier channels, so each slice equals that layer's own output bit for bit."""
+    first = layers[0]
+    same = all(m.activations == first.activations and m.in_features == first.in_features
+               and m.scale.numel() > 1 and (m.outliers is None) == (first.outliers is None)
+               and (m.outliers is None or torch.equal(m.outliers, first.outliers))
+               and (m.inv_smooth is None and first.inv_smooth is None) for m in layers)
+    if not same:
+        raise SpecboundError("only per-channel int8 layers with the same input handling can be fused")
+    bias = None
+    if any(m.bias is not None for m in layers):
+        bias = torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features) for m in layers])
+    extra = (None, None, None)
+    if first.outliers is not None:
+        extra = (first.outliers, torch.cat([m.qweight_outliers for m in layers]),
+                 torch.cat([m.scale_outliers for m in layers]))
+    return Int8Linear(torch.cat([m.qweight for m in layers]), torch.cat([m.scale for m in layers]), bias, None,
+                      first.activations, *extra)
+
+
+class _SharedInputSlice(nn.Module):
+    """One of several layers replaced by a fused :class:`Int8Linear`: the first call with a given
+    input computes all of them at once; the others read their slice of that result (or recompute,
+    if called with another input)."""
+
+    def __init__(self, fused: Int8Linear, start: int, stop: int, memo: dict):
+        super().__init__()
+        self.fused, self.start, self.stop, self.memo = fused, start, stop, memo
+        self.in_features, self.out_features = fused.in_features, stop - start
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.memo.get("input") is not x:
+            self.memo["input"], self.memo["output"] = x, self.fused(x)
+        return self.memo["output"][..., self.start:self.stop].contiguous()
+
+
+def fuse_shared_inputs(model: nn.Module, groups=(("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))) -> int:
+    """Compute the int8 layers that read one input (attention's q/k/v, the MLP's gate/up) with one
+    GEMM each: fewer calls and one per-token prologue instead of three (or two). Exact. Returns the
+    number of groups fused. Apply after loading; :func:`save_int8` writes unfused models only."""
+    count = 0
+    for module in list(model.modules()):
+        for names in groups:
+            layers = [getattr(module, n, None) for n in names]
+            if not all(isinstance(m, Int8Linear) for m in layers):
+                continue
+            try:
+                fused = _concat_rows(layers)
+            except SpecboundError:
+                continue
+            memo: dict = {}
+            start = 0
+            for name, layer in zip(names, layers):
+                setattr(module, name, _SharedInputSlice(fused, start, start + layer.out_features, memo))
+                start += layer.out_features
+            count += 1
+    trim_heap()
+    return count
 
 
 class Int8Embedding(nn.Module):
@@ -367,6 +432,8 @@ def save_int8(model: nn.Module, tokenizer, directory: Path, info: dict | None = 
     ``info``), the model's config and the tokenizer files."""
     from safetensors.torch import save_file
 
+    if any(isinstance(m, _SharedInputSlice) for m in model.modules()):
+        raise SpecboundError("save_int8 writes unfused models: save before fuse_shared_inputs")
     directory = Path(directory)
     tensors, layers = _state(model)
     save_file(tensors, str(directory / "int8.safetensors"), metadata={"format": INT8_FORMAT})

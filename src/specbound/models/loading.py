@@ -12,7 +12,7 @@ from ..errors import SpecboundError
 from .fast import prepack_linears
 from .hf import HFModel
 from .calibration import calibration_batches
-from .int8 import activation_absmax, load_int8, quantize_int8, read_int8_description, save_int8
+from .int8 import activation_absmax, fuse_shared_inputs, load_int8, quantize_int8, read_int8_description, save_int8
 from ..options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine, check_precision
 
 __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_KERNELS", "TARGET_PRECISIONS", "build_int8",
@@ -75,10 +75,12 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     t0 = time.perf_counter()
     if precision == "int8" and is_packaged_name(name_or_path):
         model, tokenizer = load_int8(_int8_directory(name_or_path, progress))
+        fuse_shared_inputs(model)
         kernels = INT8_KERNELS
     elif precision == "int8":
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
         quantize_target(model, tokenizer)
+        fuse_shared_inputs(model)
         kernels = INT8_KERNELS
     else:
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
