@@ -5,7 +5,7 @@ import json
 import sys
 
 from .errors import SpecboundError
-from .options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+from .options import DEFAULT_DRAFT_ENGINE, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
 
 
 def check_text(text: str, what: str) -> str:
@@ -69,7 +69,7 @@ def cmd_generate(args) -> int:
     from .assets.prompts import format_prompt
     from .decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
     from .models.loading import load_pair
-    from .options import check_draft_engine, check_precision
+    from .options import check_precision, resolve_draft_engine
     from .models.tokens import stop_token_ids
     from .runtime import configure_threads
 
@@ -81,7 +81,7 @@ def cmd_generate(args) -> int:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     prompt = _pick_prompt(args)
     check_precision(args.target_precision)
-    check_draft_engine(args.draft_engine)
+    args.draft_engine = resolve_draft_engine(args.draft_engine)
     if args.draft_engine == "llamacpp":
         from .models.llamacpp import load_llama_cpp
 
@@ -254,9 +254,10 @@ def register(sub) -> None:
                    help=f"the target you run (default {DEFAULT_TARGET_PRECISION}): int8 = int8 weights and activations "
                         "(~3x cheaper per pass, a slightly different model; decoding is lossless with respect to "
                         "it), fp32 = the packaged weights dequantised to float32")
-    p.add_argument("--draft-engine", default="torch", choices=list(DRAFT_ENGINES),
-                   help="where the draft runs: torch (int8) or llamacpp (the draft's GGUF file, needs "
-                        "specbound[llamacpp]); the target stays on torch")
+    p.add_argument("--draft-engine", default=DEFAULT_DRAFT_ENGINE, choices=list(DRAFT_ENGINES),
+                   help="where the draft runs: torch (int8), llamacpp (the draft's GGUF file, needs "
+                        "specbound[llamacpp]) or auto (llamacpp when installed, else torch; the default); "
+                        "the target stays on torch")
     p.add_argument("--eager", action="store_true", help="keep eager linear layers (no oneDNN prepacking)")
     p.add_argument("--draft-fp32", action="store_true",
                    help="keep the draft in fp32 (default: int8 weights, ~3x cheaper per drafted token, "

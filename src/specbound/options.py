@@ -3,15 +3,19 @@ from __future__ import annotations
 
 from .errors import SpecboundError
 
-__all__ = ["DEFAULT_TARGET_PRECISION", "DRAFT_ENGINES", "TARGET_PRECISIONS", "check_draft_engine", "check_precision"]
+__all__ = ["DEFAULT_DRAFT_ENGINE", "DEFAULT_TARGET_PRECISION", "DRAFT_ENGINES", "TARGET_PRECISIONS", "check_draft_engine",
+           "check_precision", "resolve_draft_engine"]
 
 #: What ``--target-precision`` accepts: the fp32 model (oneDNN-prepacked) or its int8 quantisation
 #: (:mod:`specbound.models.int8`), a different target with respect to which decoding is lossless.
 TARGET_PRECISIONS = ("fp32", "int8")
 #: The packaged pair's default target (README and docs/results/fidelity say why).
 DEFAULT_TARGET_PRECISION = "int8"
-#: Where the draft may run: PyTorch (int8 or fp32) or llama.cpp (the packaged GGUF as it ships).
-DRAFT_ENGINES = ("torch", "llamacpp")
+#: Where the draft may run: PyTorch (int8 or fp32), llama.cpp (the packaged GGUF as it ships), or
+#: "auto": llama.cpp when llama-cpp-python is installed (its Q4_K_M draft forward is the cheapest
+#: here: docs/results/profile), else PyTorch.
+DRAFT_ENGINES = ("auto", "torch", "llamacpp")
+DEFAULT_DRAFT_ENGINE = "auto"
 
 
 def check_precision(precision: str) -> str:
@@ -24,3 +28,13 @@ def check_draft_engine(engine: str) -> str:
     if engine not in DRAFT_ENGINES:
         raise SpecboundError(f"draft engine must be one of {', '.join(DRAFT_ENGINES)}, got {engine!r}")
     return engine
+
+
+def resolve_draft_engine(engine: str) -> str:
+    """"auto" → "llamacpp" when llama-cpp-python can be imported, else "torch"; others as given."""
+    import importlib.util
+
+    check_draft_engine(engine)
+    if engine != "auto":
+        return engine
+    return "llamacpp" if importlib.util.find_spec("llama_cpp") is not None else "torch"

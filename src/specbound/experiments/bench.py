@@ -12,6 +12,9 @@ Methods (all decode exactly ``max_new_tokens`` tokens, EOS ignored, timings incl
 * ``specbound-tree`` — dynamic draft tree sized every round (``tree="auto"``);
 * ``llamacpp-plain`` — llama.cpp's own generation loop (llama-cpp-python ``Llama.generate``) on the
   target's packaged GGUF (Q4_K_M): what CPU users run today, the reference row;
+* ``llamacpp-plain-raw`` — the same GGUF decoded by specbound's plain loop straight over
+  ``llama_decode`` (arg-max / sampling in torch, no llama-cpp-python sampler chain): the fastest
+  plain llama.cpp decoding reachable from Python here, reported so that no peer is under-stated;
 * ``specbound-chain-lcdraft`` / ``specbound-tree-lcdraft`` — specbound with the draft's GGUF on
   llama.cpp feeding the torch target (mixed backends).
 
@@ -34,18 +37,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decoding import SamplingConfig, speculative_decode
+from ..decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from ..models.tokens import stop_token_ids
 
 __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "run_bench", "summarise"]
 
-BENCH_METHODS = ("llamacpp-plain", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
+BENCH_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                  "hf-lookup", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
 #: What ``specbound bench`` runs unless told otherwise (the rest on request: they add time, not information)
-DEFAULT_METHODS = ("llamacpp-plain", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic",
+DEFAULT_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                    "specbound-chain", "specbound-tree", "specbound-chain-lcdraft")
 SPECBOUND_METHODS = ("specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
-LLAMACPP_METHODS = ("llamacpp-plain", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
+LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
 MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0, top_k=50)}
 ASSISTED_INT8 = ("hf-assisted-int8", "hf-assisted-int8-heuristic")
 
@@ -201,6 +204,12 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, tree="auto")
     if method == "llamacpp-plain":
         return _llamacpp_plain(models["llamacpp_target"], ids, n, sampling)
+    if method == "llamacpp-plain-raw":
+        res = autoregressive_decode(models["llamacpp_raw"], ids, n, temperature=sampling.temperature,
+                                    top_k=sampling.top_k, top_p=sampling.top_p, seed=seed)
+        m = res.metrics
+        return res.tokens, MethodRun(m.total_time, m.tokens_per_second, 1.0, m.target_calls,
+                                     decode_tokens_per_second=m.decode_tokens_per_second)
     raise ValueError(method)
 
 
@@ -279,13 +288,15 @@ def summarise(rows: list[BenchRow]) -> dict:
             runs = [r.runs[m] for r in mine if m in r.runs]
             decode = [x.decode_tokens_per_second for x in runs if _finite(x.decode_tokens_per_second)]
             per[m]["median_decode_tokens_per_second"] = statistics.median(decode) if decode else None
-        for m in SPECBOUND_METHODS + ("hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic"):
+        for m in SPECBOUND_METHODS + ("hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic", "llamacpp-plain"):
             if m not in per:
                 continue
             for ref, key, field_ in (("hf-generate", "vs_generate", "tokens_per_second"),
                                      (best_assisted, "vs_assisted_int8", "tokens_per_second"),
-                                     ("llamacpp-plain", "vs_llamacpp", "decode_tokens_per_second")):
-                if ref is None or ref not in per or ref == m or (m not in SPECBOUND_METHODS and key != "vs_llamacpp"):
+                                     ("llamacpp-plain", "vs_llamacpp", "decode_tokens_per_second"),
+                                     ("llamacpp-plain-raw", "vs_llamacpp_raw", "decode_tokens_per_second")):
+                if ref is None or ref not in per or ref == m or (m not in SPECBOUND_METHODS
+                                                                 and key not in ("vs_llamacpp", "vs_llamacpp_raw")):
                     continue
                 ratios = [getattr(r.runs[m], field_) / getattr(r.runs[ref], field_)
                           for r in mine if m in r.runs and ref in r.runs

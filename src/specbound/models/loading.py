@@ -13,7 +13,9 @@ from .fast import prepack_linears
 from .hf import HFModel
 from .calibration import calibration_batches
 from .int8 import activation_absmax, fuse_shared_inputs, load_int8, quantize_int8, read_int8_description, save_int8
-from ..options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine, check_precision
+from ..options import (
+    DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine, check_precision, resolve_draft_engine,
+)
 
 __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_KERNELS", "TARGET_PRECISIONS", "build_int8",
            "check_draft_engine", "check_precision", "check_same_tokenizer", "load_engine_pair", "load_gguf_model",
@@ -133,7 +135,7 @@ def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = Tr
     ``draft_engine="llamacpp"`` runs the draft's GGUF file on llama.cpp instead (mixed backends:
     the draft only proposes, so its engine never changes the output law)."""
     check_precision(target_precision)
-    check_draft_engine(draft_engine)
+    draft_engine = resolve_draft_engine(draft_engine)
     target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack, precision=target_precision)
     if draft_engine == "llamacpp":
         draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress)
@@ -153,7 +155,7 @@ def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True
                                               target_precision=target_precision, draft_engine=draft_engine or "torch")
         paths = {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False, precision=target_precision,
                                              builder=build_int8))}
-        if (draft_engine or "torch") == "torch":
+        if resolve_draft_engine(draft_engine or "torch") == "torch":
             paths["draft"] = str(resolve_model(draft or DEFAULT_DRAFT, progress=False, precision="int8",
                                                builder=build_int8))
         paths.update(_packaged_gguf_paths(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT))

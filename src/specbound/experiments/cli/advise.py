@@ -20,8 +20,9 @@ def add_arguments(p) -> None:
                         "(the GGUF files)")
     p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
                    help="with --engine torch: the target you run (int8 or fp32)")
-    p.add_argument("--draft-engine", default="torch", choices=list(DRAFT_ENGINES),
-                   help="with --engine torch: where the draft runs (torch int8, or its GGUF on llama.cpp)")
+    p.add_argument("--draft-engine", default="auto", choices=list(DRAFT_ENGINES),
+                   help="with --engine torch: where the draft runs (torch int8, its GGUF on llama.cpp, or auto: "
+                        "llama.cpp when installed)")
     p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k")
     p.add_argument("--offset", type=int, default=20, help="first calibration prompt (held-out checks use the next ones)")
     p.add_argument("--n-prompts", type=int, default=4, help="calibration prompts")
@@ -53,6 +54,9 @@ def run(args) -> int:
     calibration = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
     check = load_prompts(args.prompt_set, limit=args.check_prompts, offset=args.offset + args.n_prompts) \
         if args.check_prompts else []
+    from ...options import resolve_draft_engine
+
+    args.draft_engine = resolve_draft_engine(args.draft_engine)
     _check_engine_available("llamacpp" if args.draft_engine == "llamacpp" else args.engine)
     configure_threads(args.threads)
     config = AdviseConfig(args.engine, args.prompt_set, args.offset, len(calibration), args.tokens, args.positions,

@@ -120,6 +120,8 @@ def _bench(args, config, prompts, out) -> int:
         if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft"}:
             models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False)
             check_same_tokenizer(target, models["draft_llamacpp"])
+        if "llamacpp-plain-raw" in methods:
+            models["llamacpp_raw"] = load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
         if "llamacpp-plain" in methods:
             from ...models.llamacpp_peers import open_llama
 
