@@ -44,7 +44,7 @@ from .fast import _release_pages, trim_heap
 
 __all__ = [
     "INT8_FORMAT", "Int8Embedding", "Int8Linear", "activation_absmax", "int8_available", "load_int8",
-    "fuse_shared_inputs", "outlier_channels", "quantize_int8", "read_int8_description", "save_int8", "smoothing_factors",
+    "fuse_shared_inputs", "make_batch_invariant", "outlier_channels", "quantize_int8", "read_int8_description", "save_int8", "smoothing_factors",
 ]
 
 #: Version tag of the on-disk int8 format (read back by :func:`load_int8`).
@@ -274,6 +274,61 @@ def fuse_shared_inputs(model: nn.Module, groups=(("q_proj", "k_proj", "v_proj"),
             count += 1
     trim_heap()
     return count
+
+
+# ----------------------------------------------------------------- batch invariance of the float parts
+def _invariant_sdpa(module, query, key, value, attention_mask, **kwargs):
+    """Hugging Face's SDPA attention computed in float64 and rounded back to float32.
+
+    The CPU attention kernels sum in an order that depends on how many queries a call has, so a
+    token's attention output differs by ~1e-6 between a one-token read and a k-token read. In an
+    int8 model every such difference can move a per-token rounding by one step, and 28 layers turn
+    that into ~1 logit: greedy speculative output would drift from the model's own greedy decoding.
+    In float64 the order-dependent error is ~1e-16, far below float32's rounding, so the float32
+    result is the same however many queries are read (measured and tested)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    mask = attention_mask.double() if attention_mask is not None and attention_mask.is_floating_point() \
+        else attention_mask
+    out, weights = sdpa_attention_forward(module, query.double(), key.double(), value.double(), mask, **kwargs)
+    return out.to(query.dtype), weights
+
+
+class InvariantRMSNorm(nn.Module):
+    """RMSNorm whose mean of squares is summed in float64 (then rounded to float32), so a row's result
+    does not depend on how a reduction is split across rows or threads."""
+
+    def __init__(self, weight: torch.Tensor, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(weight.detach(), requires_grad=False)
+        self.variance_epsilon = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.double().pow(2).mean(-1, keepdim=True).float()
+        return self.weight * (x.float() * torch.rsqrt(variance + self.variance_epsilon)).to(x.dtype)
+
+
+ATTENTION_NAME = "specbound_invariant"
+
+
+def make_batch_invariant(model: nn.Module) -> nn.Module:
+    """Make the float parts of an int8 model independent of how many tokens a forward reads: attention
+    in float64 (registered as the ``specbound_invariant`` attention implementation) and RMSNorms
+    reduced in float64. The int8 GEMMs already are (exact int32 sums, per-token scales). Elementwise
+    operations (rotary, SiLU, residual adds) are per element. In place; returns the model."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION_NAME, _invariant_sdpa)
+    AttentionMaskInterface.register(ATTENTION_NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])   # SDPA's masks
+    for config in {id(c): c for c in (model.config, getattr(model.config, "text_config", None)) if c}.values():
+        config._attn_implementation = ATTENTION_NAME
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child).__name__.endswith("RMSNorm") and hasattr(child, "weight") and \
+                    hasattr(child, "variance_epsilon") and not isinstance(child, InvariantRMSNorm):
+                setattr(parent, name, InvariantRMSNorm(child.weight, child.variance_epsilon))
+    return model
 
 
 class Int8Embedding(nn.Module):

@@ -12,7 +12,10 @@ from ..errors import SpecboundError
 from .fast import prepack_linears
 from .hf import HFModel
 from .calibration import calibration_batches
-from .int8 import activation_absmax, fuse_shared_inputs, load_int8, quantize_int8, read_int8_description, save_int8
+from .int8 import (
+    activation_absmax, fuse_shared_inputs, load_int8, make_batch_invariant, quantize_int8, read_int8_description,
+    save_int8,
+)
 from ..options import (
     DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine, check_precision, resolve_draft_engine,
 )
@@ -63,7 +66,7 @@ def _int8_directory(name, progress: bool):
 
 
 def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: bool = False,
-               precision: str | None = None) -> HFModel:
+               precision: str | None = None, invariant: bool = True) -> HFModel:
     """A packaged model name (see ``specbound models``) or a local model directory, as an HFModel.
 
     ``precision="fp32"`` (or ``int8=False``): the float model, with ``prepack`` swapping the linear
@@ -71,18 +74,25 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     ``precision="int8"`` (or ``int8=True``): int8 weights and activations (:mod:`.int8`) — a
     different model from the fp32 one; speculative decoding is lossless with respect to it. A
     packaged model is quantised once and cached (``<cache>/models/<name>@int8``; the fp32 copy is
-    never written for it); a local directory is quantised at load.
+    never written for it); a local directory is quantised at load. ``invariant`` (int8) also makes
+    the float parts batch-invariant (:func:`~specbound.models.int8.make_batch_invariant`, ~5% of a
+    forward): what a target needs so that verifying k tokens equals reading them one by one; a draft
+    only proposes and can skip it.
     """
     precision = check_precision("int8" if int8 else (precision or "fp32"))
     t0 = time.perf_counter()
     if precision == "int8" and is_packaged_name(name_or_path):
         model, tokenizer = load_int8(_int8_directory(name_or_path, progress))
         fuse_shared_inputs(model)
+        if invariant:
+            make_batch_invariant(model)
         kernels = INT8_KERNELS
     elif precision == "int8":
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
         quantize_target(model, tokenizer)
         fuse_shared_inputs(model)
+        if invariant:
+            make_batch_invariant(model)
         kernels = INT8_KERNELS
     else:
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
@@ -140,7 +150,7 @@ def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = Tr
     if draft_engine == "llamacpp":
         draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress)
     else:
-        draft_model = load_model(draft or DEFAULT_DRAFT, progress, prepack=prepack, int8=draft_int8)
+        draft_model = load_model(draft or DEFAULT_DRAFT, progress, prepack=prepack, int8=draft_int8, invariant=False)
     check_same_tokenizer(target_model, draft_model)
     return target_model, draft_model
 
