@@ -112,11 +112,13 @@ class Int8Linear(nn.Module):
         scale = scale.detach().float().reshape(-1).clone()
         if scale.numel() not in (1, qweight.shape[0]):
             raise SpecboundError(f"scale has {scale.numel()} values for {qweight.shape[0]} output rows")
-        if scale.numel() == 1:
-            quantized = torch._make_per_tensor_quantized_tensor(qweight.contiguous(), float(scale), 0)
-        else:
-            zeros = torch.zeros(qweight.shape[0], dtype=torch.long)
-            quantized = torch._make_per_channel_quantized_tensor(qweight.contiguous(), scale.double(), zeros, 0)
+        with warnings.catch_warnings():        # torch deprecates quantized tensors in favour of torchao; the
+            warnings.simplefilter("ignore")    # fbgemm kernels they feed are what this CPU path needs
+            if scale.numel() == 1:
+                quantized = torch._make_per_tensor_quantized_tensor(qweight.contiguous(), float(scale), 0)
+            else:
+                zeros = torch.zeros(qweight.shape[0], dtype=torch.long)
+                quantized = torch._make_per_channel_quantized_tensor(qweight.contiguous(), scale.double(), zeros, 0)
         anchor = torch.zeros(1, qweight.shape[1])
         anchor[0, 0], anchor[0, -1] = -1.0, 1.0
         return scale, torch.ops.quantized.linear_prepack(quantized, None), anchor

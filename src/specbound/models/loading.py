@@ -101,7 +101,6 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     # identity: content key for cost caches (None for temporary directories: never cached globally)
     wrapped.info = replace(wrapped.info, kernels=kernels, identity=model_identity(name_or_path),
                            load_seconds=time.perf_counter() - t0)
-    wrapped.precision = precision
     return wrapped
 
 
