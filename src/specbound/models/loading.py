@@ -168,6 +168,7 @@ def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True
             paths["draft"] = str(resolve_model(draft or DEFAULT_DRAFT, progress=False, precision="int8",
                                                builder=build_int8))
         paths.update(_packaged_gguf_paths(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT))
+        paths.setdefault("draft", paths.get("draft_gguf") or str(getattr(draft_model, "path", draft or DEFAULT_DRAFT)))
         return target_model, draft_model, paths
     if engine == "llamacpp":
         from .llamacpp import load_gguf_pair
