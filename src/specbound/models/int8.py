@@ -404,10 +404,6 @@ def outlier_channels(absmax: torch.Tensor, count: int) -> torch.Tensor:
     return absmax.float().topk(count).indices.sort().values if count > 0 else torch.zeros(0, dtype=torch.long)
 
 
-def _release(tensor: torch.Tensor) -> None:
-    _release_pages(tensor)
-
-
 def quantize_int8(model: nn.Module, weights: str = "channel", activations: str = "token",
                   smooth: dict[str, torch.Tensor] | None = None, alpha: float = 0.5,
                   embedding: bool = True, absmax: dict[str, torch.Tensor] | None = None,
@@ -435,7 +431,7 @@ def quantize_int8(model: nn.Module, weights: str = "channel", activations: str =
                 picked = outlier_channels(absmax[qualified], outliers)
             setattr(parent, name, Int8Linear.from_linear(linear, weights, activations, factors, picked))
             if shared.get(linear.weight.data_ptr(), 0) == 1:
-                _release(linear.weight.data)
+                _release_pages(linear.weight.data)
         if embedding:
             _quantize_embedding(model, shared)
     trim_heap()
@@ -449,7 +445,7 @@ def _quantize_embedding(model: nn.Module, shared: dict[int, int]) -> None:
     old = get()
     set_(Int8Embedding.from_embedding(old))
     if shared.get(old.weight.data_ptr(), 0) == 1:
-        _release(old.weight.data)
+        _release_pages(old.weight.data)
 
 
 # ---------------------------------------------------------------------------------- on disk
@@ -542,10 +538,10 @@ def load_int8(directory: Path):
                 extra = [f.get_tensor(f"{qualified}.{k}") if f"{qualified}.outliers" in names else None
                          for k in ("outliers", "qweight_outliers", "scale_outliers")]
                 module = Int8Linear(q, scale, bias, smooth, layer.get("activations", "token"), *extra)
-                _release(q)                       # packed now: the file's pages are not needed again
+                _release_pages(q)                       # packed now: the file's pages are not needed again
             elif layer["kind"] == "embedding":
                 module = Int8Embedding(q.clone(), scale, layer.get("padding_idx"))
-                _release(q)
+                _release_pages(q)
             else:
                 raise SpecboundError(f"{directory}: unknown int8 layer kind {layer['kind']!r}")
             setattr(parent, attr, module)
