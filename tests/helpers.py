@@ -60,6 +60,17 @@ def tiny_transformer(seed: int, vocab: int = 48, layers: int = 2, init_range: fl
     return Qwen2ForCausalLM(config).eval()
 
 
+def _hf_backends():
+    from specbound.models.hf import HFModel
+    from specbound.models.static import StaticCacheHFModel
+
+    return {"dynamic-cache": HFModel, "static-cache": StaticCacheHFModel}
+
+
+#: The two Hugging Face backends (the model's own forward over a DynamicCache; the static cache).
+HF_BACKENDS = _hf_backends()
+
+
 def perturbed_copy(model, noise: float, seed: int):
     """A draft-like model: a copy of ``model`` with Gaussian noise (relative scale ``noise``) on its weights."""
     import copy

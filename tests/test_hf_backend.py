@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import chi_square_pvalue, encode, perturbed_copy, tiny_transformer
+from helpers import HF_BACKENDS, chi_square_pvalue, encode, perturbed_copy, tiny_transformer
 from specbound.decoding import SamplingConfig, autoregressive_decode, logits_to_probs, speculative_decode
 from specbound.errors import SpecboundError
 from specbound.models import LanguageModel
@@ -14,11 +14,13 @@ from specbound.models.hf import HFModel
 VOCAB = 48
 
 
-@pytest.fixture(scope="module")
-def pair():
+@pytest.fixture(scope="module", params=HF_BACKENDS)
+def pair(request):
+    """The tiny pair behind both HF backends: the model's own forward (DynamicCache) and the static cache."""
     target = tiny_transformer(0, vocab=VOCAB)
     draft = perturbed_copy(target, noise=0.35, seed=1)
-    return HFModel(target, name="tiny-target"), HFModel(draft, name="tiny-draft")
+    backend = HF_BACKENDS[request.param]
+    return backend(target, name="tiny-target"), backend(draft, name="tiny-draft")
 
 
 @pytest.mark.parametrize("gamma", [1, 4, 7])

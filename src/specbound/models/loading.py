@@ -11,6 +11,7 @@ from ..assets.models import (
 from ..errors import SpecboundError
 from .fast import prepack_linears
 from .hf import HFModel
+from .static import StaticCacheHFModel, wrap_hf_model
 from .calibration import calibration_batches
 from .int8 import (
     activation_absmax, fuse_shared_inputs, load_int8, make_batch_invariant, quantize_int8, read_int8_description,
@@ -97,7 +98,9 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     else:
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
         kernels = "onednn-prepacked" if prepack and prepack_linears(model) else "eager"
-    wrapped = HFModel(model, tokenizer, name=str(name_or_path))
+    wrapped = wrap_hf_model(model, tokenizer, name=str(name_or_path))
+    if isinstance(wrapped, StaticCacheHFModel):
+        kernels += ", static KV cache"
     # identity: content key for cost caches (None for temporary directories: never cached globally)
     wrapped.info = replace(wrapped.info, kernels=kernels, identity=model_identity(name_or_path),
                            load_seconds=time.perf_counter() - t0)
