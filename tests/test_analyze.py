@@ -54,7 +54,7 @@ def test_reproduce_pankratov_quick_skip_llm(tmp_path):
     for case in cases:
         assert abs(case["slope"] * case["mu"] - 1) <= 0.05, case["name"]
         assert case["renewal_holds"] and case["published_holds_P_ge_3"], case["name"]
-    # the T3 reference values of the note (§5): p = (0.6, 0.25, 0.1, 0.05), uniform V = 4
+    # the T3 reference values (docs/paper-notes.md, Pankratov §5): p = (0.6, 0.25, 0.1, 0.05), uniform V = 4
     t3a = next(c for c in cases if c["name"].startswith("T3a"))
     assert t3a["checkpoints"]["16"] == pytest.approx(2.540, abs=1e-3)
     assert t3a["checkpoints"]["1024"] == pytest.approx(6.501, abs=1e-3)

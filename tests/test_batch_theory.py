@@ -1,7 +1,8 @@
-"""Batch speculative decoding theory (Yin et al. 2024, Thm 3, Prop. 1; yin2024.md §5 items 3, 4).
+"""Batch speculative decoding theory (Yin et al. 2024, Thm 3, Prop. 1; docs/paper-notes.md, Yin §5 items 3, 4).
 
-Design B (branch at the round start) has the note's f-recursion; design A (prefix-tree DFS) has a
-derived (state, surviving candidates) recursion. Both are checked against the pure-NumPy simulator.
+Design B (branch at the round start) has the derived f-recursion of docs/paper-notes.md, Yin §3.3;
+design A (prefix-tree DFS) has a derived (state, surviving candidates) recursion. Both are checked
+against the pure-NumPy simulator.
 """
 import numpy as np
 import pytest

@@ -1,6 +1,8 @@
-"""Speed-of-light bounds and entropy moments (Pankratov & Alistarh 2026, §3; note §5 T3, T4, T5, T7).
+"""Speed-of-light bounds and entropy moments (Pankratov & Alistarh 2026, §3; docs/paper-notes.md,
+Pankratov §5 T3, T4, T5, T7).
 
-Reference numbers come from /work/shared/papers/pankratov2025.md §5, not from this code.
+Reference numbers come from docs/paper-notes.md, Pankratov §5 (derived formulas and the best-first
+search), not from this code.
 """
 import math
 
@@ -25,7 +27,7 @@ def constant(probs):
 
 # ------------------------------------------------------------------------------------ moments
 def test_entropy_moments_reference_values():
-    # note §5 T3: the moments of the three identical environments
+    # docs/paper-notes.md, Pankratov §5 T3: the moments of the three identical environments
     for target, mu_ref, mu2_ref, places in [((0.6, 0.25, 0.1, 0.05), 1.0331, 1.6159, 4),
                                             ((0.5, 0.3, 0.2), 1.0297, 1.1931, 4),
                                             ((0.9, 0.05, 0.03, 0.02), 0.428, 1.134, 3)]:
@@ -94,7 +96,8 @@ def test_estimate_moments_rejects_bad_rows():
 @pytest.mark.parametrize("form,reference,tol", [
     ("asymptotic", [2.472, 3.814, 5.156, 6.498, 7.840, 9.182], 6e-4),
     ("renewal", [4.198, 5.540, 6.881, 8.223, 9.565, 10.907], 6e-4),
-    # the note rounds to 2 dp from 4-dp moments: 24.0852 → 24.09 (exact moments give 24.0850)
+    # the reference (Pankratov §5 T3) is rounded to 2 dp from 4-dp moments: 24.0852 → 24.09
+    # (exact moments give 24.0850)
     ("published", [6.88, 10.32, 13.76, 17.20, 20.64, 24.09], 6e-3),
 ])
 def test_T3_bound_forms_reference_values(form, reference, tol):
@@ -106,7 +109,7 @@ def test_T3_second_distribution_asymptotic_and_peaked_ordering():
     mu, mu2 = entropy_moments(np.array([0.5, 0.3, 0.2]))
     np.testing.assert_allclose(speed_of_light(mu, mu2, [64, 1024, 16384], form="asymptotic"),
                                [3.630, 6.323, 9.016], atol=6e-4, rtol=0)
-    # peaked, near-lattice case: E* (note's reference values) ≤ renewal ≤ published
+    # peaked, near-lattice case: E* (reference values, Pankratov §5 T3) ≤ renewal ≤ published
     mu, mu2 = entropy_moments(np.array([0.9, 0.05, 0.03, 0.02]))
     e_star = np.array([9.742, 16.570, 22.665])
     caps = [64, 1024, 16384]
@@ -156,7 +159,7 @@ def test_speed_of_light_validation(kwargs, match):
 
 # ------------------------------------------------------------------------------------ T4
 def iid_environment_rows(rng, n):
-    """Fresh softmax(β·g) per node, g ~ N(0, I_16), β uniform on {0.5, 2, 6} (note §5 T4)."""
+    """Fresh softmax(β·g) per node, g ~ N(0, I_16), β uniform on {0.5, 2, 6} (Pankratov §5 T4)."""
     beta = rng.choice([0.5, 2.0, 6.0], size=(n, 1))
     return np.exp(log_softmax(beta * rng.normal(size=(n, 16)), axis=-1))
 
@@ -179,7 +182,7 @@ def test_T4_iid_random_environment_moments():
 def test_T4_iid_random_environment_slope_and_bounds():
     rng = np.random.default_rng(7)
     caps = np.array([64, 256, 1024])
-    # 80 environments (the note used 200) keep this test ~2 s: the per-environment slope has a
+    # 80 environments (the reference values used 200) keep this test ~2 s: the per-environment slope has a
     # relative SD of ~4 %, so the slope's SE is ~0.45 %, far inside the 5 % tolerance
     n_env = 80
     pool = iid_environment_rows(rng, n_env * 1100)      # each node's law is a fresh row
@@ -193,7 +196,7 @@ def test_T4_iid_random_environment_slope_and_bounds():
         values[env] = np.cumsum(tree.path_probs)[caps - 1]    # nested: E*(64), E*(256), E*(1024)
     mean = values.mean(axis=0)
     se = values.std(axis=0, ddof=1) / math.sqrt(n_env)
-    # note: E* ≈ 2.70, 3.54, 4.40 (its own 200 environments, 2 dp); tolerance 4 SE + rounding
+    # reference (Pankratov §5 T4): E* ≈ 2.70, 3.54, 4.40 (its own 200 environments, 2 dp); tolerance 4 SE + rounding
     np.testing.assert_array_less(np.abs(mean - [2.70, 3.54, 4.40]), 4 * se + 0.005)
     mu, mu2 = 1.611, 4.164
     np.testing.assert_allclose(speed_of_light(mu, mu2, caps, form="asymptotic"), [2.68, 3.54, 4.40], atol=0.006)
@@ -268,7 +271,8 @@ def test_T5_log_base_switch():
     # the renewal form is base-free even when evaluated literally with log2 P and bit moments …
     literal_renewal = np.log2(CAPS) / mu_bits + mu2_bits / mu_bits ** 2
     np.testing.assert_allclose(literal_renewal, speed_of_light(mu, mu2, CAPS), rtol=1e-12)
-    # … the published form is not: (μ + μ₂/ln 2)·ln P/μ² in nats-equivalent (note §3.1; logged, not a bug)
+    # … the published form is not: (μ + μ₂/ln 2)·ln P/μ² in nats-equivalent
+    # (docs/paper-notes.md, Pankratov §3.1; logged, not a bug)
     literal_published = (mu_bits + mu2_bits) * np.log2(CAPS) / mu_bits ** 2
     np.testing.assert_allclose(literal_published, (mu + mu2 / LN2) * np.log(CAPS) / mu ** 2, rtol=1e-12)
     assert np.all(literal_published > speed_of_light(mu, mu2, CAPS, form="published"))

@@ -1,4 +1,4 @@
-"""Over-acceptance trade-off (Yin et al. 2024, Thm 4, Thm 5; yin2024.md §5 item 5)."""
+"""Over-acceptance trade-off (Yin et al. 2024, Thm 4, Thm 5; docs/paper-notes.md, Yin §5 item 5)."""
 import numpy as np
 import pytest
 

@@ -1,6 +1,7 @@
-"""Draft trees (Pankratov & Alistarh 2026, §2; note §5 T1, T2, T3, T5): value, optimal tree, static trees.
+"""Draft trees (Pankratov & Alistarh 2026, §2; docs/paper-notes.md, Pankratov §5 T1, T2, T3, T5): value,
+optimal tree, static trees.
 
-Reference numbers come from /work/shared/papers/pankratov2025.md §5 (not from running this code);
+Reference numbers come from docs/paper-notes.md, Pankratov §5 (not from running this code);
 optimality is checked against an independent exhaustive enumeration and a naive eager search.
 """
 import math
@@ -211,7 +212,7 @@ def test_T3_identical_environment_reference_values(target, reference):
     assert big.is_prefix_closed and big.size == max(reference)
     running = np.cumsum(big.path_probs)                 # best-first order is nested
     for capacity, value in reference.items():
-        assert running[capacity - 1] == pytest.approx(value, abs=6e-4), capacity  # note gives 3 dp
+        assert running[capacity - 1] == pytest.approx(value, abs=6e-4), capacity  # reference values have 3 dp
     small = min(reference)
     assert optimal_tree(constant(target), small).value == pytest.approx(running[small - 1], abs=1e-12)
 

@@ -1,7 +1,7 @@
 """Logits → the probabilities a model actually samples from: temperature, top-k, top-p.
 
 The same :class:`SamplingConfig` is applied to the target and the draft. The verifier must compare
-these *processed* distributions, never raw softmaxes (DESIGN.md, known traps): the output law is
+these *processed* distributions, never raw softmaxes (docs/design.md, known traps): the output law is
 then exactly the target's processed law. Temperature 0 means greedy (a one-hot distribution on the
 first arg-max), so no code path ever divides by the temperature 0.
 """

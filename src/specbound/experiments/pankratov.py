@@ -5,8 +5,9 @@
       SmolLM2-135M when it is converted.
 (ii)  **Fig. 2** in kind: speed-up vs capacity P for the bound, the oracle T*(P) and the real
       drafters, per prompt set — :func:`.analyze.analyze_set`.
-(iii) **Synthetic i.i.d. checks** (§5 T3/T4 of the note): the slope of E[X*] vs ln P must be 1/μ
-      (within 5%), and the rigorous bounds must hold, for identical and random i.i.d. environments.
+(iii) **Synthetic i.i.d. checks** (docs/paper-notes.md, Pankratov §5 T3/T4): the slope of E[X*] vs
+      ln P must be 1/μ (within 5%), and the rigorous bounds must hold, for identical and random i.i.d.
+      environments.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ PAPER = "Pankratov & Alistarh 2026 (arXiv 2512.11718)"
 SETS = ("humaneval", "mtbench", "gsm8k")
 SLOPE_TOLERANCE = 0.05
 
-#: (name, law) of the identical deterministic environments (note §5, T3)
+#: (name, law) of the identical deterministic environments (docs/paper-notes.md, Pankratov §5 T3)
 IDENTICAL_CASES = (
     ("T3a p=(.6,.25,.1,.05)", (0.6, 0.25, 0.1, 0.05)),
     ("T3b p=(.5,.3,.2)", (0.5, 0.3, 0.2)),
@@ -95,9 +96,9 @@ def _checks(run: np.ndarray, mu: float, mu2: float, p_max: int) -> tuple[bool, b
 
 
 def identical_environment_case(name: str, law, p_max: int, p_min: int = 64) -> SyntheticCase:
-    """Same law at every node (note §5 T3): E[X|T*(P)] for all P ≤ p_max from ONE best-first search
-    (nested optimal trees: running sums of path probabilities), slope of E* vs ln P over
-    [p_min, p_max] against 1/μ, and the bounds (renewal for all P, published for P ≥ 3)."""
+    """Same law at every node (docs/paper-notes.md, Pankratov §5 T3): E[X|T*(P)] for all P ≤ p_max
+    from ONE best-first search (nested optimal trees: running sums of path probabilities), slope of
+    E* vs ln P over [p_min, p_max] against 1/μ, and the bounds (renewal for all P, published for P ≥ 3)."""
     law = np.asarray(law, dtype=np.float64)
     t0 = time.perf_counter()
     tree = optimal_tree(lambda path: law, p_max)
@@ -126,10 +127,11 @@ def _random_law(rng: np.random.Generator, vocab: int, betas) -> np.ndarray:
 
 def random_environment_case(n_envs: int, p_max: int, p_min: int = 64, vocab: int = 16, betas=(0.5, 2.0, 6.0),
                             moment_draws: int = 100_000, seed: int = 0) -> SyntheticCase:
-    """i.i.d. random environment (note §5 T4): every node gets a fresh softmax(β·g), g ~ N(0, I_V),
-    β uniform on ``betas``. Laws are drawn when the search first asks for them (deferred decisions:
-    the same joint law as drawing all of them up front). μ, μ₂ from ``moment_draws`` fresh laws.
-    Per environment the slope of E* vs ln P is fitted; its mean ± SE is compared with 1/μ."""
+    """i.i.d. random environment (docs/paper-notes.md, Pankratov §5 T4): every node gets a fresh
+    softmax(β·g), g ~ N(0, I_V), β uniform on ``betas``. Laws are drawn when the search first asks
+    for them (deferred decisions: the same joint law as drawing all of them up front). μ, μ₂ from
+    ``moment_draws`` fresh laws. Per environment the slope of E* vs ln P is fitted; its mean ± SE is
+    compared with 1/μ."""
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     draws = np.stack([_random_law(rng, vocab, betas) for _ in range(moment_draws)])

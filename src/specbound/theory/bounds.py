@@ -2,10 +2,11 @@
 
 All quantities are in nats. μ = E_ctx[H(target(·|ctx))] is the mean entropy of the target's
 next-token law and μ₂ = E_ctx[Σ_a target(a) ln² target(a)] = E[Y²] the second moment of the
-per-token surprisal Y = −ln target(x), x ~ target (Pankratov & Alistarh 2026, §3.1; the note's
-"strong inference" for which moment μ_(2) is). The bounds cap the expected number X of accepted
-draft tokens per iteration for a verifier capacity P; the bonus token is *not* counted (speed-up
-under the constant-time model is X + 1).
+per-token surprisal Y = −ln target(x), x ~ target (Pankratov & Alistarh 2026, §3.1; that the
+paper's μ_(2) is this moment is our inference from the renewal argument). The bounds cap the
+expected number X of accepted draft tokens per iteration for a verifier capacity P; the bonus token
+is *not* counted (speed-up under the constant-time model is X + 1). Section numbers "§N" in this
+module are those of docs/paper-notes.md (Pankratov part).
 
 Units: every function takes ``units="nats"`` (default) or ``"bits"``. Bits are converted to nats
 (μ·ln 2, μ₂·ln² 2) before anything is evaluated, so every form — including the published one — is
@@ -195,7 +196,7 @@ def speed_of_light(mu, mu2, capacity, form: str = "renewal", units: str = "nats"
 
     * ``"published"``: (μ + μ₂)·ln P / μ² — the paper's headline bound without its O(1) (§3.1).
       It equals the renewal form loosened with μ ln P + μ₂ ≤ (μ + μ₂) ln P, which needs ln P ≥ 1,
-      so it is a bound only for P ≥ 3 (§3.3; that the paper made exactly this step is the note's
+      so it is a bound only for P ≥ 3 (§3.3; that the paper made exactly this step is our
       inference, §6.1). NOT a bound for P < 3: it is 0 at P = 1, below the optimum E*(1) = max p
       (and below it for real P just above 1), and below the renewal bound at P = 2 (our numeric
       search over i.i.d. targets found it still above E*(2), but nothing proves that).
@@ -234,9 +235,10 @@ def speed_of_light(mu, mu2, capacity, form: str = "renewal", units: str = "nats"
 def bound_is_valid(form: str, capacity) -> np.ndarray | bool:
     """Whether :func:`speed_of_light` ``form`` is a proven upper bound on E[X | T*(P)] at capacity P.
 
-    Pankratov & Alistarh 2026, §3.3 (note §6.1): "renewal" and "threshold" are bounds for every P ≥ 1
-    (i.i.d. surprisals); "published" only for P ≥ 3 (its derivation needs ln P ≥ 1; at P = 1 it is 0,
-    below the optimum); "asymptotic" never (an approximation). Returns a bool (scalar P) or bool array.
+    Pankratov & Alistarh 2026, §3.3 (docs/paper-notes.md, Pankratov §6.1): "renewal" and "threshold"
+    are bounds for every P ≥ 1 (i.i.d. surprisals); "published" only for P ≥ 3 (its derivation needs
+    ln P ≥ 1; at P = 1 it is 0, below the optimum); "asymptotic" never (an approximation). Returns a
+    bool (scalar P) or bool array.
     """
     if form not in BOUND_FORMS:
         raise SpecboundError(f"form must be one of {BOUND_FORMS}, got {form!r}")

@@ -1,6 +1,6 @@
 """Distances and moments of next-token distributions (NumPy only, natural logs).
 
-Naming follows DESIGN.md: ``target`` is the large model, ``draft`` the small one.
+Naming follows docs/design.md (naming): ``target`` is the large model, ``draft`` the small one.
 All functions work over the last axis and broadcast over the leading ones.
 """
 from __future__ import annotations

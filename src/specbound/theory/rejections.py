@@ -220,11 +220,11 @@ def random_rejection_based_acceptance(*, target: MarkovChain, draft: MarkovChain
 # residual is updated r^k = [r^{k-1} − draft]_+ / TV(draft, r^{k-1}). If every candidate is
 # rejected, the token is drawn from r^M and a new round starts at the next position.
 #
-# The paper's exact branching rule is an open point (yin2024.md §2, §6.1). Two reconstructions:
+# The paper's exact branching rule is an open point (docs/paper-notes.md, Yin §2.2, §6.1). Two reconstructions:
 #   design "B": only the round's first position uses the M candidates; after an acceptance only
 #               the accepted sequence continues (plain Alg. 1 for the rest of the round). This is
 #               the one consistent with Prop. 1 (M → ∞ leaves rejections > 0), and the one whose
-#               f-recursion is the derived form of Thm 3 (yin2024.md §3).
+#               f-recursion is the derived form of Thm 3 (docs/paper-notes.md, Yin §3.3).
 #   design "A": full prefix-tree DFS; at every position all candidates that agree with the
 #               accepted prefix are tried with residual updates. A DERIVED VARIANT, not the paper's
 #               statement: its rejections keep falling toward 0 as M grows (when supp target ⊆
@@ -399,7 +399,7 @@ def batch_rejections_per_position(*, target: MarkovChain, draft: MarkovChain, ho
                                   drafts: int, design: str = "B") -> np.ndarray:
     """P(R_n = 1) for n = 1..T under batch SD with M = ``drafts`` candidates, shaped (T,).
 
-    Design "B": Yin et al. 2024, Thm 3 (derived f-recursion, yin2024.md §3). Design "A": our derived
+    Design "B": Yin et al. 2024, Thm 3 (derived f-recursion, docs/paper-notes.md, Yin §3.3). Design "A": our derived
     (state, surviving candidates) recursion for the prefix-tree DFS variant, not a paper statement
     (see :func:`batch_expected_rejections`). Empty for T = 0.
     """
@@ -414,7 +414,7 @@ def batch_expected_rejections(*, target: MarkovChain, draft: MarkovChain, horizo
     """Exact E[N_rej] of batch speculative decoding with M = ``drafts`` i.i.d. draft sequences.
 
     Design "B" (branching only at the round start; default) is Yin et al. 2024, Thm 3 (Alg. 4) in the
-    derived form of yin2024.md §3: with the round-start measure f_1 = initial,
+    derived form of docs/paper-notes.md, Yin §3.3: with the round-start measure f_1 = initial,
         f_{n+1}(y) = Σ_s f_n(s)·ρ_M(s)·r^M(y|s) + (μ_{n-1}(s) − f_n(s))·[target_n − draft_n]_+(s, y),
         E[N_rej] = Σ_n Σ_s [ f_n(s)·ρ_M(s) + (μ_{n-1}(s) − f_n(s))·TV_n(s) ]
                  = Thm 1 − Σ_n Σ_s f_n(s)·(TV_n(s) − ρ_M(s)),
@@ -514,7 +514,7 @@ def bernoulli_all_reject(*, target_p1, draft_p1, drafts):
 
     ``target_p1`` = c and ``draft_p1`` = a are the probabilities of token 1. x* is the token where
     target > draft (x* = 1 if c > a, else 0); after the first rejection the residual is δ_{x*}.
-    Broadcasts over its arguments. (Derived closed form, yin2024.md §3.)
+    Broadcasts over its arguments. (Derived closed form, docs/paper-notes.md, Yin §3.3.)
     """
     a = _prob_array(draft_p1, "draft_p1")
     c = _prob_array(target_p1, "target_p1")
@@ -545,9 +545,9 @@ def _uniform_sizes(target_support, draft_support):
 def uniform_all_reject(*, target_support, draft_support, drafts):
     """ρ_M = (1 − m/k)^M for target uniform on m tokens, draft uniform on k ⊇ them (Yin et al. 2024, Thm 3).
 
-    ``target_support`` = m, ``draft_support`` = k (the note's notation). Every residual equals the
+    ``target_support`` = m, ``draft_support`` = k (as in docs/paper-notes.md, Yin §3.3). Every residual equals the
     target (uniform on its m tokens), so each candidate is rejected with probability TV = 1 − m/k
-    independently. (Derived closed form, yin2024.md §3.)
+    independently. (Derived closed form, docs/paper-notes.md, Yin §3.3.)
     """
     m_arr, k_arr = _uniform_sizes(target_support, draft_support)
     return (1.0 - m_arr / k_arr) ** _drafts_array(drafts)

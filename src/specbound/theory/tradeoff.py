@@ -8,7 +8,7 @@ Over-acceptance takes b ≥ min(1, target/draft): fewer rejections, some bias.
 * Decoding-OPT resamples from P* = [target − b·draft]_+ normalised (Thm 4: minimal TV bias).
 * Decoding-UNO resamples from P = target (same b, same rejection rate, more bias).
 
-Naming follows DESIGN.md (``target`` / ``draft``; never bare p/q). Every function that takes a
+Naming follows docs/design.md (``target`` / ``draft``; never bare p/q). Every function that takes a
 target and a draft takes them keyword-only, target first (the arrays share a shape, so a positional
 swap would give silently wrong numbers). All functions work over the last axis and broadcast over
 leading axes, except the LP cross-check and the Pareto sweep, which take single vectors.
@@ -36,7 +36,7 @@ __all__ = [
     "pareto_front",
 ]
 
-#: Supported ways an over-acceptance threshold ε sets b (yin2024.md §6 open point 2).
+#: Supported ways an over-acceptance threshold ε sets b (an open point: docs/paper-notes.md, Yin §6.2).
 OVER_ACCEPTANCE_FORMS = ("additive", "ratio")
 
 
@@ -62,8 +62,8 @@ def _accept(accept, shape, atol: float = 1e-12) -> np.ndarray:
 def over_acceptance(*, target, draft, eps, form: str = "additive") -> np.ndarray:
     """Over-accepting acceptance probabilities b ≥ min(1, target/draft) (Yin et al. 2024, §5, Thm 5).
 
-    ``form="additive"`` (default): b = min(1, (target + ε)/draft). This is the note's "most likely"
-    reading of the paper's threshold ε (yin2024.md §2, open point 2).
+    ``form="additive"`` (default): b = min(1, (target + ε)/draft), the most likely reading of the
+    paper's threshold ε (docs/paper-notes.md, Yin §2.3 and open point §6.2).
     ``form="ratio"``: b = min(1, target/draft + ε), the alternative reading.
     Both reduce to standard SD at ε = 0. Where draft = 0 the token is never drafted and b = 1.
     ``eps`` must be ≥ 0 and broadcasts against the leading axes (a scalar or an array ending in 1).

@@ -2,8 +2,9 @@
 
 Pankratov & Alistarh 2026, §1–§2 (model and optimal draft tree). One speculative iteration with a
 prefix-closed draft tree T of |T| ≤ P non-root nodes accepts X = max{k : x_1..x_k ∈ T} tokens, where
-x is sampled from the target; the verifier's bonus token is *not* counted in X (§6.4 of the note:
-whether the paper counts it is open; tokens emitted per iteration are X + 1).
+x is sampled from the target; the verifier's bonus token is *not* counted in X (whether the paper
+counts it is open, docs/paper-notes.md, Pankratov §6.4; tokens emitted per iteration are X + 1).
+Section numbers "§N" cited below are those of docs/paper-notes.md (Pankratov part).
 
 Conventions:
 
