@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 
 from specbound.assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from specbound.models.hf import HFModel
 from specbound.models.loading import load_gguf_model, load_model
+from specbound.models.static import StaticCacheHFModel
 from specbound.runtime import configure_threads
 
 KS = (1, 2, 4, 8, 16, 32)
@@ -42,24 +44,29 @@ def weight_bytes(model) -> int:
     return total
 
 
-def t_of_k(model, ks, repeats: int, prefix: int = 96):
-    """Median and (max − min)/median of reading k tokens after a cached prefix, repeats interleaved over k."""
+def t_of_k(models: dict, ks, repeats: int, prefix: int = 96) -> dict:
+    """Per model: median and (max − min)/median of reading k tokens after a cached prefix; repeats
+    interleaved over k and over the models (so a slow moment of the machine hits all of them)."""
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(100, 20000, (prefix,), generator=gen).tolist()
-    model.prefill(ids)
-    times = {k: [] for k in ks}
+    for model in models.values():
+        model.prefill(ids)
+    times = {name: {k: [] for k in ks} for name in models}
     for _ in range(repeats + 1):                 # the first sweep warms up
         for k in ks:
             toks = torch.randint(100, 20000, (1, k), generator=gen)
-            t0 = time.perf_counter()
-            model.forward(toks)
-            times[k].append(time.perf_counter() - t0)
-            model.crop(prefix)
+            for name, model in models.items():
+                t0 = time.perf_counter()
+                model.forward(toks)
+                times[name][k].append(time.perf_counter() - t0)
+                model.crop(prefix)
     out = {}
-    for k, v in times.items():
-        v = v[1:]
-        med = statistics.median(v)
-        out[k] = {"median_ms": 1e3 * med, "spread": (max(v) - min(v)) / med}
+    for name, per_k in times.items():
+        out[name] = {}
+        for k, v in per_k.items():
+            v = v[1:]
+            med = statistics.median(v)
+            out[name][k] = {"median_ms": 1e3 * med, "spread": (max(v) - min(v)) / med}
     return out
 
 
@@ -115,14 +122,20 @@ def main(argv=None) -> int:
         args.bandwidth_gbs = 2 * a.numel() * 4 / min(seconds) / 1e9          # bytes read + written
     models = {"target int8": load_model(DEFAULT_TARGET, progress=False, precision="int8"),
               "draft int8": load_model(DEFAULT_DRAFT, progress=False, precision="int8")}
+    # the same int8 modules through the model's own forward over a DynamicCache (no static cache)
+    for name in ("target int8", "draft int8"):
+        if isinstance(models[name], StaticCacheHFModel):
+            models[f"{name} (HF forward, DynamicCache)"] = HFModel(models[name].model, name=name)
     try:
         models["draft Q4_K_M (llama.cpp)"] = load_gguf_model(DEFAULT_DRAFT, progress=False)
         models["target Q4_K_M (llama.cpp)"] = load_gguf_model(DEFAULT_TARGET, progress=False)
     except Exception as exc:  # noqa: BLE001 - llama.cpp is optional here
         print(f"llama.cpp models skipped: {exc}", file=sys.stderr)
     report = {"threads": torch.get_num_threads(), "bandwidth_gbs": args.bandwidth_gbs, "models": {}}
+    costs = t_of_k({n: m for n, m in models.items() if "llama.cpp" not in n}, KS, args.repeats)
+    costs.update(t_of_k({n: m for n, m in models.items() if "llama.cpp" in n}, KS, args.repeats))
     for name, model in models.items():
-        entry = {"costs": t_of_k(model, KS, args.repeats)}
+        entry = {"costs": costs[name]}
         if hasattr(model, "model"):
             entry["weight_bytes"] = weight_bytes(model)
             entry["stream_ms"] = entry["weight_bytes"] / (args.bandwidth_gbs * 1e9) * 1e3
@@ -133,7 +146,9 @@ def main(argv=None) -> int:
     lines = [f"# Forward costs and where they go ({time.strftime('%Y-%m-%d')}, {report['threads']} threads)", "",
              f"`python benchmarks/profile_forward.py --repeats {args.repeats}`; copy bandwidth "
              f"{args.bandwidth_gbs:.1f} GB/s. t(k): median of {args.repeats} reads of k tokens after a 96-token cached "
-             "prefix, (max − min)/median in brackets.", "",
+             "prefix, (max − min)/median in brackets; torch models' repeats interleaved. The int8 rows read through "
+             "specbound's static KV cache (models/static.py); the rows marked \"HF forward, DynamicCache\" are the "
+             "same int8 modules through the model's own forward.", "",
              "| model | " + " | ".join(f"t({k}) ms" for k in KS) + " | t(8)/t(1) | weights streamed in |", "|---|" + "---:|" * (len(KS) + 2)]
     for name, e in report["models"].items():
         c = e["costs"]

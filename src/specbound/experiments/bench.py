@@ -8,6 +8,8 @@ Methods (all decode exactly ``max_new_tokens`` tokens, EOS ignored, timings incl
   HF's default schedule (up to 20 tokens, confidence 0.4) and with its ``heuristic`` schedule; the
   better of the two per prompt set is the reference ("HF assisted-int8, best");
 * ``hf-lookup`` — Hugging Face prompt-lookup decoding (10 tokens, n-gram 2, its documented setting);
+* ``specbound-plain`` — the target decoded plainly by specbound's own loop (one token per pass,
+  through the same backend the speculative methods use: for Llama-family models the static KV cache);
 * ``specbound-chain`` — chain SD, draft length sized every round (``gamma="auto"``);
 * ``specbound-tree`` — dynamic draft tree sized every round (``tree="auto"``);
 * ``llamacpp-plain`` — llama.cpp's own generation loop (llama-cpp-python ``Llama.generate``) on the
@@ -43,7 +45,8 @@ from ..models.tokens import stop_token_ids
 __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "run_bench", "summarise"]
 
 BENCH_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
-                 "hf-lookup", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
+                 "hf-lookup", "specbound-plain", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft",
+                 "specbound-tree-lcdraft")
 #: What ``specbound bench`` runs unless told otherwise (the rest on request: they add time, not information)
 DEFAULT_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                    "specbound-chain", "specbound-tree", "specbound-chain-lcdraft")
@@ -204,8 +207,9 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, tree="auto")
     if method == "llamacpp-plain":
         return _llamacpp_plain(models["llamacpp_target"], ids, n, sampling)
-    if method == "llamacpp-plain-raw":
-        res = autoregressive_decode(models["llamacpp_raw"], ids, n, temperature=sampling.temperature,
+    if method in ("llamacpp-plain-raw", "specbound-plain"):
+        model = models["llamacpp_raw"] if method == "llamacpp-plain-raw" else target
+        res = autoregressive_decode(model, ids, n, temperature=sampling.temperature,
                                     top_k=sampling.top_k, top_p=sampling.top_p, seed=seed)
         m = res.metrics
         return res.tokens, MethodRun(m.total_time, m.tokens_per_second, 1.0, m.target_calls,
@@ -288,7 +292,7 @@ def summarise(rows: list[BenchRow]) -> dict:
             runs = [r.runs[m] for r in mine if m in r.runs]
             decode = [x.decode_tokens_per_second for x in runs if _finite(x.decode_tokens_per_second)]
             per[m]["median_decode_tokens_per_second"] = statistics.median(decode) if decode else None
-        for m in SPECBOUND_METHODS + ("hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic", "llamacpp-plain"):
+        for m in SPECBOUND_METHODS + ("specbound-plain", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic", "llamacpp-plain"):
             if m not in per:
                 continue
             for ref, key, field_ in (("hf-generate", "vs_generate", "tokens_per_second"),

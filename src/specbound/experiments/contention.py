@@ -1,16 +1,22 @@
-"""Decoding beside a busy neighbour: the slowdown of plain and speculative decoding when ONE CPU hog
-(a process spinning on one core) runs next to it, per OpenMP wait policy and torch thread count.
+"""Decoding quiet and beside a busy neighbour, per OpenMP wait policy: plain decoding of the target,
+speculative decoding with ``specbound generate``'s default drafting (chain sized per round, the
+draft's GGUF on llama.cpp when it is installed) and llama.cpp plain decoding of the target's GGUF.
 
-Why: with OpenMP's default *active* waiting, torch's worker threads spin between parallel regions;
-when a neighbour holds a core, a spinning thread and the thread it waits for compete for that core
-and a forward can take 10-40x longer. ``specbound``'s command line sets ``OMP_WAIT_POLICY=PASSIVE``
-(unless the user set it) before torch loads; this benchmark measures both policies side by side.
+Why: an OpenMP worker that finished its share of a parallel region either spins (waiting for the
+next region) or sleeps. Spinning wins on a quiet machine — the next region starts without a wake-up,
+and a decoding step is hundreds of small regions (torch) or one graph with many barriers
+(llama.cpp, also built on OpenMP) — but on a 2-core machine a spinning worker and a neighbour fight
+for a core, and a forward can take many times longer. libgomp's choices: ``OMP_WAIT_POLICY=PASSIVE``
+(sleep at once), ``ACTIVE`` (spin), unset (spin for ``GOMP_SPINCOUNT`` = 300 000 iterations, then
+sleep), or unset with a smaller ``GOMP_SPINCOUNT``. Both OpenMP runtimes in the process (torch's and
+llama.cpp's) read the same variables. This benchmark measures every policy side by side, quiet
+and with ONE CPU hog (a process spinning on one core).
 
 The wait policy is fixed when the OpenMP runtime starts, so each policy runs in its own child
 process (``python -m specbound.experiments.contention --child``); the thread count is changed
-inside the child. Each child loads the pair once, then for each thread count measures plain
-decoding and speculative decoding (chain, draft sized per round) quiet and with the hog, on a
-held-out prompt, several repeats each (medians). This is a benchmark: it reports, it asserts nothing.
+inside the child. Each child loads the pair once, then for each thread count measures the methods
+quiet and with the hog, on a held-out prompt, several repeats each (medians). This is a benchmark:
+it reports, it asserts nothing.
 """
 from __future__ import annotations
 
@@ -22,9 +28,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["ContentionResult", "ContentionRow", "run_contention", "start_hog", "markdown"]
+from ..assets.models import DEFAULT_TARGET
 
-POLICIES = ("PASSIVE", "ACTIVE")
+__all__ = ["POLICIES", "ContentionResult", "ContentionRow", "run_contention", "start_hog", "markdown"]
+
+#: Each policy's OpenMP environment (``None``: the variable is removed, libgomp's default applies).
+POLICIES = {"PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None},
+            "default (spin 300k)": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None},
+            "spin 30k": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "30000"},
+            "ACTIVE": {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": None}}
+METHODS = ("plain", "specbound-chain", "llamacpp-plain")
 HOG_CODE = "while True:\n    pass\n"
 
 
@@ -32,7 +45,7 @@ HOG_CODE = "while True:\n    pass\n"
 class ContentionRow:
     policy: str
     threads: int
-    method: str                  # "plain" | "specbound-chain"
+    method: str                  # "plain" | "specbound-chain" | "llamacpp-plain"
     quiet_tokens_per_second: list[float]
     busy_tokens_per_second: list[float]
 
@@ -61,36 +74,42 @@ def _child(args) -> int:
 
     from ..assets.prompts import format_prompt, load_prompts
     from ..decoding import autoregressive_decode, speculative_decode
-    from ..models.loading import load_pair
+    from ..models.loading import load_gguf_model, load_pair
 
-    target, draft = load_pair(args.target, args.draft, progress=False, draft_int8=True)
+    target, draft = load_pair(args.target, args.draft, progress=False, target_precision="int8", draft_engine="auto")
+    gguf = load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
     prompt = load_prompts(args.prompt_set, limit=1, offset=args.offset)[0]
     ids = target.tokenizer(format_prompt(target.tokenizer, prompt), return_tensors="pt").input_ids
 
     def plain():
-        return autoregressive_decode(target, ids, args.plain_tokens, temperature=0.0).metrics.tokens_per_second
+        return autoregressive_decode(target, ids, args.plain_tokens, temperature=0.0).metrics.decode_tokens_per_second
 
     def chain():
         return speculative_decode(target, draft, ids, args.spec_tokens, temperature=0.0,
-                                  gamma="auto").metrics.tokens_per_second
+                                  gamma="auto").metrics.decode_tokens_per_second
 
+    def llamacpp():
+        return autoregressive_decode(gguf, ids, args.spec_tokens, temperature=0.0).metrics.decode_tokens_per_second
+
+    runs = {"plain": plain, "specbound-chain": chain, "llamacpp-plain": llamacpp}
     for threads in args.threads:
         torch.set_num_threads(threads)
-        plain(), chain()                                    # warm-up (pages, kernels, cost profile)
+        for run in runs.values():                           # warm-up (pages, kernels, cost profile)
+            run()
         found = {}
         for condition in ("quiet", "busy"):
             hog = start_hog() if condition == "busy" else None
             try:
                 if hog is not None:
                     time.sleep(0.5)
-                for name, run in (("plain", plain), ("specbound-chain", chain)):
+                for name, run in runs.items():
                     found[(name, condition)] = [run() for _ in range(args.repeats)]
             finally:
                 if hog is not None:
                     hog.kill()
                     hog.wait()
-        for name in ("plain", "specbound-chain"):
-            row = {"policy": os.environ.get("OMP_WAIT_POLICY", "default"), "threads": threads, "method": name,
+        for name in runs:
+            row = {"policy": args.policy, "threads": threads, "method": name,
                    "quiet_tokens_per_second": found[(name, "quiet")],
                    "busy_tokens_per_second": found[(name, "busy")]}
             print(json.dumps(row), flush=True)
@@ -99,8 +118,8 @@ def _child(args) -> int:
 
 
 def run_contention(target=None, draft=None, prompt_set: str = "humaneval", offset: int = 10,
-                   threads=(2, 1), plain_tokens: int = 12, spec_tokens: int = 32, repeats: int = 2,
-                   policies=POLICIES, progress=None) -> ContentionResult:
+                   threads=(2,), plain_tokens: int = 16, spec_tokens: int = 48, repeats: int = 2,
+                   policies=tuple(POLICIES), progress=None) -> ContentionResult:
     """One child process per OpenMP wait policy; rows for every (policy, threads, method)."""
     from ..errors import SpecboundError
 
@@ -108,7 +127,7 @@ def run_contention(target=None, draft=None, prompt_set: str = "humaneval", offse
     for policy in policies:
         if progress:
             progress(f"OMP_WAIT_POLICY={policy}")
-        argv = [sys.executable, "-m", "specbound.experiments.contention", "--child",
+        argv = [sys.executable, "-m", "specbound.experiments.contention", "--child", "--policy", policy,
                 "--prompt-set", prompt_set, "--offset", str(offset),
                 "--threads", ",".join(map(str, threads)), "--plain-tokens", str(plain_tokens),
                 "--spec-tokens", str(spec_tokens), "--repeats", str(repeats)]
@@ -116,7 +135,12 @@ def run_contention(target=None, draft=None, prompt_set: str = "humaneval", offse
             argv += ["--target", str(target)]
         if draft:
             argv += ["--draft", str(draft)]
-        env = dict(os.environ, OMP_WAIT_POLICY=policy)
+        env = dict(os.environ)
+        for key, value in POLICIES[policy].items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         done = subprocess.run(argv, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SpecboundError(f"contention child ({policy}) failed:\n{done.stderr[-2000:]}")
@@ -126,16 +150,19 @@ def run_contention(target=None, draft=None, prompt_set: str = "humaneval", offse
                 prompt_id = record["prompt"]
             else:
                 rows.append(ContentionRow(**record))
-    return ContentionResult(prompt_id, {"plain": plain_tokens, "specbound-chain": spec_tokens}, repeats, rows)
+    return ContentionResult(prompt_id, {"plain": plain_tokens, "specbound-chain": spec_tokens,
+                                        "llamacpp-plain": spec_tokens}, repeats, rows)
 
 
 def markdown(result: ContentionResult, command: str = "") -> str:
     lines = [f"# Decoding beside one CPU hog ({result.prompt})", "",
              f"`{command}`" if command else "", "",
-             f"Plain decoding: {result.tokens['plain']} tokens; specbound chain (γ sized per round): "
-             f"{result.tokens['specbound-chain']} tokens; greedy; {result.repeats} repeats each, medians. "
-             "Slowdown = quiet tok/s ÷ busy tok/s (target ≤ 2×).", "",
-             "| OMP_WAIT_POLICY | torch threads | method | quiet tok/s | with hog tok/s | slowdown |",
+             f"Decode tok/s (prefill excluded), greedy. plain: the int8 torch target, {result.tokens['plain']} tokens; "
+             f"specbound-chain: `generate`'s default drafting (γ sized per round, llama.cpp draft when installed), "
+             f"{result.tokens['specbound-chain']} tokens; llamacpp-plain: the target's Q4_K_M GGUF on llama.cpp, "
+             f"{result.tokens['specbound-chain']} tokens. {result.repeats} repeats each, medians. "
+             "Slowdown = quiet tok/s ÷ busy tok/s.", "",
+             "| OpenMP policy | threads | method | quiet tok/s | with hog tok/s | slowdown |",
              "|---|---|---|---|---|---|"]
     for r in result.rows:
         q, b = statistics.median(r.quiet_tokens_per_second), statistics.median(r.busy_tokens_per_second)
@@ -148,13 +175,14 @@ def _main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--child", action="store_true")
+    p.add_argument("--policy", default="?")
     p.add_argument("--target")
     p.add_argument("--draft")
     p.add_argument("--prompt-set", default="humaneval")
     p.add_argument("--offset", type=int, default=10)
     p.add_argument("--threads", type=lambda s: [int(x) for x in s.split(",")], default=[2, 1])
-    p.add_argument("--plain-tokens", type=int, default=12)
-    p.add_argument("--spec-tokens", type=int, default=32)
+    p.add_argument("--plain-tokens", type=int, default=16)
+    p.add_argument("--spec-tokens", type=int, default=48)
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args(argv)
     if not args.child:

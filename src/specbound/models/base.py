@@ -13,7 +13,7 @@ attends to itself and its ancestors only. Three calls change the cache:
 * ``keep_path(base, path)`` keeps slots ``0..base-1`` plus the slots ``path`` (a chain hanging below
   slot ``base-1``) and makes that the committed chain; ``crop(length)`` keeps the first ``length`` slots.
 
-The engines never look inside a cache: a rejected token can never stay in one (DESIGN.md, known
+The engines never look inside a cache: a rejected token can never stay in one (docs/design.md, known
 traps). :class:`CacheTree` holds the parent/position bookkeeping so each backend only maps it to its
 own mechanism (a 4-D attention mask for Hugging Face, sequence ids for llama.cpp, positions for
 exact Markov chains).
