@@ -24,7 +24,9 @@ from .drafters import (
 from .result import DecodeMetrics, DecodeResult, RoundRecord
 from .sampling import SamplingConfig, logits_to_probs
 from .tree import DraftTree
-from .verify import STANDARD, AcceptanceRule, Verdict, parse_relaxation, verify
+from .verify import (
+    BLOCK, STANDARD, AcceptanceRule, BlockVerification, Verdict, parse_relaxation, parse_verification, verify,
+)
 
 __all__ = ["DecodeInterrupted", "DraftSpec", "PlainDrafter", "Speculator", "autoregressive_decode",
            "make_generator", "speculative_decode"]
@@ -68,13 +70,14 @@ class PlainDrafter(Drafter):
 class Speculator:
     """Speculative decoding of ``target`` with any :class:`~specbound.decoding.drafters.Drafter`.
 
-    ``rule`` is the acceptance rule (standard SD, or a relaxed Decoding-OPT/-UNO rule for sampled
-    chains); ``stop_tokens`` end decoding right after the first such token. :meth:`run` returns a
+    ``rule`` is the acceptance rule (standard SD, a relaxed Decoding-OPT/-UNO rule for sampled
+    chains, or :data:`~specbound.decoding.verify.BLOCK`: block verification of sampled chains); ``stop_tokens`` end decoding right after the first such token. :meth:`run` returns a
     :class:`DecodeResult` with the tokens and metrics (τ, per-depth acceptance, times, bias).
     """
 
     def __init__(self, target: LanguageModel, drafter: Drafter, sampling: SamplingConfig | None = None,
-                 rule: AcceptanceRule = STANDARD, stop_tokens=(), generator: torch.Generator | None = None):
+                 rule: AcceptanceRule | BlockVerification = STANDARD, stop_tokens=(),
+                 generator: torch.Generator | None = None):
         if not isinstance(target, LanguageModel):
             raise SpecboundError(f"target must be a LanguageModel, got {type(target).__name__}")
         if not isinstance(drafter, Drafter):
@@ -235,8 +238,9 @@ class DraftSpec:
     """What to draft, validated without any model (so a CLI can refuse bad options before loading).
 
     ``gamma`` (int ≥ 1, None = to the horizon, "auto"), ``tree`` (capacity P) with ``tree_drafter``,
-    ``drafts`` (M) with ``design``, ``relaxation`` (Decoding-OPT/-UNO on a chain); see
-    :func:`speculative_decode` for their meaning. :meth:`build` makes the drafter.
+    ``drafts`` (M) with ``design``, ``relaxation`` (Decoding-OPT/-UNO on a chain), ``verification``
+    ("token" or "block", a chain); see :func:`speculative_decode` for their meaning. :meth:`build`
+    makes the drafter.
     """
 
     gamma: object = None
@@ -245,11 +249,19 @@ class DraftSpec:
     drafts: int | None = None
     design: str = "B"
     relaxation: object = None
+    verification: str = "token"
 
     def __post_init__(self):
         n_drafts = check_drafts(self.drafts)
         object.__setattr__(self, "design", check_design(self.design))
         rule = parse_relaxation(self.relaxation)
+        if parse_verification(self.verification) is BLOCK:
+            if rule is not STANDARD:
+                raise SpecboundError("block verification is lossless; it cannot be combined with a relaxation "
+                                     "(Decoding-OPT/-UNO)")
+            if self.tree is not None or n_drafts > 1:
+                raise SpecboundError("block verification (Sun et al. 2025) verifies one drafted chain: use it with "
+                                     "gamma (no tree=P, drafts=None or 1)")
         if rule is not STANDARD and (self.tree is not None or n_drafts > 1):
             raise SpecboundError("relaxation (Decoding-OPT/-UNO) is a one-draft rejection step (Yin et al. 2024 §5): "
                                  "use it with a drafted chain (no tree=P, drafts=None or 1)")
@@ -279,7 +291,9 @@ class DraftSpec:
                 check_gamma(self.gamma)
 
     @property
-    def rule(self) -> AcceptanceRule:
+    def rule(self) -> AcceptanceRule | BlockVerification:
+        if self.verification == "block":
+            return BLOCK
         return parse_relaxation(self.relaxation)
 
     @property
@@ -300,7 +314,8 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
                        gamma=None, temperature: float = 1.0, top_k: int | None = None,
                        top_p: float | None = None, seed=None, tree: int | None = None,
                        tree_drafter: str = "dynamic", callback=None, drafts: int | None = None,
-                       design: str = "B", relaxation=None, stop_token_ids=()) -> DecodeResult:
+                       design: str = "B", relaxation=None, stop_token_ids=(),
+                       verification: str = "token") -> DecodeResult:
     """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
 
     One loop (:class:`Speculator`) for every drafter, chosen by the keywords:
@@ -314,7 +329,10 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
       ``tree="auto"``: the dynamic tree sized every round from the cost model (≤ 64 nodes);
     * ``relaxation=("opt"|"uno", eps[, form])`` or ``"opt:0.1"``: biased over-acceptance decoding
       (Decoding-OPT / -UNO, Yin et al. 2024 §5) on a drafted chain: ``lossless=False`` and
-      ``metrics.expected_bias`` holds the summed exact per-step TV bias.
+      ``metrics.expected_bias`` holds the summed exact per-step TV bias;
+    * ``verification="block"``: a sampled draft chain is verified jointly (block verification, Sun
+      et al. 2025, Alg. 2): the same output law, never fewer accepted tokens in expectation than the
+      default token-wise rule ("token"); greedy decoding is unchanged.
 
     Sampling settings apply identically to target and draft; the output law is the target's
     processed law (Yin et al. 2024, Thm 1). ``callback`` receives each round's new token ids;
@@ -322,7 +340,7 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
     """
     sampling = SamplingConfig(temperature, top_k, top_p)
     max_new_tokens = check_budget(max_new_tokens)
-    spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation)
+    spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification)
     engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule, stop_token_ids,
                         make_generator(seed))
     return engine.run(prompt, max_new_tokens, callback=callback)

@@ -9,7 +9,8 @@ Three rules, chosen by the tree, cover every engine:
 
 * sampled chain (fan-out 1): Yin et al. 2024, Alg. 1, vectorised over the positions; any member of
   the rejection-based family of Alg. 2 (:class:`AcceptanceRule`: Thm 2 family, Decoding-OPT/-UNO of
-  §5) can replace the standard rule;
+  §5) can replace the standard rule, and :data:`BLOCK` verifies the chain jointly (block
+  verification, Sun et al. 2025, Alg. 2: same output law, never fewer accepted tokens);
 * sampled tree (siblings drawn i.i.d. from the draft law at their parent): recursive rejection
   sampling over the siblings at every depth (Yin et al. 2024, Alg. 4 / Thm 3; SpecInfer), which with
   M root branches is batch design B, and with ``pool_equal_prefixes`` the prefix-tree walk of design A;
@@ -33,9 +34,10 @@ from ..theory.tradeoff import OVER_ACCEPTANCE_FORMS
 from .tree import DraftTree
 
 __all__ = [
-    "AcceptanceRule", "CandidatesVerdict", "DecodingOPT", "DecodingUNO", "RELAXATIONS", "RelaxedAcceptance",
+    "AcceptanceRule", "BLOCK", "BlockVerification", "CandidatesVerdict", "DecodingOPT", "DecodingUNO", "RELAXATIONS", "RelaxedAcceptance",
     "STANDARD", "Verdict", "acceptance_probability", "over_acceptance_probability", "parse_relaxation",
-    "recursive_rejection_sampling", "residual_distribution", "step_output_bias", "verify",
+    "recursive_rejection_sampling", "residual_distribution", "step_output_bias", "verify", "VERIFICATIONS",
+    "parse_verification",
 ]
 
 
@@ -171,6 +173,33 @@ class DecodingUNO(RelaxedAcceptance):
 RELAXATIONS = {"opt": DecodingOPT, "uno": DecodingUNO}
 
 
+class BlockVerification:
+    """Block verification of a sampled draft chain (Sun et al. 2025, *Block Verification Accelerates
+    Speculative Decoding*, Alg. 2): the chain is kept up to τ = max{i : η_i ≤ h_i}, where the
+    stopping probabilities h_i depend on the whole drafted block through the weights
+    p_i = min(1, p_{i−1}·target/draft) (:mod:`specbound.theory.verification` holds the formulas and
+    the exact expected accepted tokens). Lossless; never fewer accepted tokens in expectation than
+    token-wise verification. Not a member of Yin et al.'s rejection-based family (the decision at
+    position i reads later tokens). Deterministic (greedy) trees are walked as with the standard rule."""
+
+    lossless = True
+    name = "block"
+
+    def describe(self) -> str:
+        return "block verification"
+
+
+BLOCK = BlockVerification()
+VERIFICATIONS = ("token", "block")
+
+
+def parse_verification(verification: str) -> "AcceptanceRule | BlockVerification":
+    """``"token"`` (default: token-wise, Yin et al. 2024 Alg. 1) or ``"block"`` (Sun et al. 2025 Alg. 2)."""
+    if verification not in VERIFICATIONS:
+        raise SpecboundError(f"verification must be one of {', '.join(map(repr, VERIFICATIONS))}, got {verification!r}")
+    return BLOCK if verification == "block" else STANDARD
+
+
 def parse_relaxation(relaxation) -> AcceptanceRule:
     """``None`` → standard SD; ``(name, eps)`` / ``(name, eps, form)`` or "opt:0.1" → a relaxed rule.
 
@@ -297,8 +326,9 @@ def _draw(law: torch.Tensor, generator) -> int:
 
 
 def verify(tree: DraftTree, target_probs: torch.Tensor, law_mask: torch.Tensor | None = None,
-           rule: AcceptanceRule = STANDARD, generator: torch.Generator | None = None) -> Verdict:
+           rule: "AcceptanceRule | BlockVerification" = STANDARD, generator: torch.Generator | None = None) -> Verdict:
     """Lossless (or, with a relaxed ``rule``, deliberately biased) verification of one draft tree.
+    ``rule=BLOCK`` verifies a sampled chain jointly (block verification); greedy trees are unchanged.
 
     ``target_probs`` [n+1, V]: the target's processed law at the root (row 0) and after node i (row
     i+1). ``law_mask`` [n+1] (bool, optional) marks rows that hold a law; a walk reaching a node
@@ -320,7 +350,11 @@ def verify(tree: DraftTree, target_probs: torch.Tensor, law_mask: torch.Tensor |
     for parent in set(tree.parents.tolist()):
         if not has_law[parent + 1]:
             raise SpecboundError(f"draft tree node {parent} has children but no target law (law_mask is False)")
-    if rule is not STANDARD and not (tree.sampled and tree.is_chain()):
+    if rule is BLOCK and tree.sampled and not tree.is_chain():
+        raise SpecboundError("block verification applies to a sampled draft chain, not to sampled trees or batch drafts")
+    if rule is BLOCK and not tree.sampled:
+        rule = STANDARD                       # a deterministic (greedy) tree: the target walk is the same
+    if rule is not STANDARD and rule is not BLOCK and not (tree.sampled and tree.is_chain()):
         raise SpecboundError(f"the {rule.describe()} rule applies to a sampled draft chain (one draft per position), "
                              "not to trees or batch drafts")
     if n == 0:
@@ -335,6 +369,8 @@ def verify(tree: DraftTree, target_probs: torch.Tensor, law_mask: torch.Tensor |
             bad = int((at_parent <= 0).nonzero()[0])
             raise SpecboundError(f"draft tree node {bad} (token {int(tree.tokens[bad])}) has draft probability 0 at "
                                  "its parent: sampled children must be drawn from draft_probs")
+        if tree.is_chain() and rule is BLOCK:
+            return _verify_block_chain(tree, draft_probs, target_probs, has_law, generator)
         if tree.is_chain():
             return _verify_sampled_chain(tree, draft_probs, target_probs, has_law, rule, generator)
         return _verify_sampled_tree(tree, draft_probs, target_probs, has_law, generator)
@@ -367,6 +403,43 @@ def _verify_sampled_chain(tree, draft_probs, target_probs, has_law, rule, genera
     if not has_law[k]:
         return Verdict(path, -1, "budget", accept_probs, bias)
     return Verdict(path, _draw(target_probs[k], generator), "bonus", accept_probs, bias)
+
+
+def _verify_block_chain(tree, draft_probs, target_probs, has_law, generator) -> Verdict:
+    """Block verification of a sampled chain (Sun et al. 2025, Alg. 2; NumPy twin:
+    :func:`specbound.theory.verification.block_stop_probabilities`). ``accept_probs`` per tested depth
+    i: P(τ ≥ i | τ ≥ i − 1, drafted block)."""
+    k = len(tree)
+    tokens = tree.tokens.to(target_probs.device)
+    targets, drafts = target_probs[:k + 1].double(), draft_probs[:k].double()
+    index = torch.arange(k, device=tokens.device)
+    q = drafts[index, tokens]
+    ratio = targets[index, tokens] / q          # q > 0: checked by verify()
+    p = [1.0]
+    for r in ratio.tolist():
+        p.append(min(1.0, p[-1] * r))
+    weights = torch.tensor(p[1:k], dtype=targets.dtype, device=targets.device)
+    excess = (weights[:, None] * targets[1:k] - drafts[1:k]).clamp_min(0).sum(-1)          # S_1..S_{k-1}
+    denominator = excess + 1.0 - weights
+    inner = torch.where(denominator > 0, excess / denominator.clamp_min(_tiny(denominator)), torch.zeros_like(excess))
+    h = [1.0] + inner.tolist() + [p[k]]                                                    # h_0..h_k
+    uniforms = torch.rand(k, generator=generator, dtype=torch.float64, device=targets.device).tolist()
+    tau = max([0] + [i for i in range(1, k + 1) if uniforms[i - 1] <= h[i]])
+    stay, reach = 1.0, [1.0] * (k + 2)           # reach[i] = P(τ ≥ i | block) = 1 − Π_{j ≥ i}(1 − h_j)
+    for i in range(k, 0, -1):
+        stay *= 1.0 - h[i]
+        reach[i] = 1.0 - stay
+    tested = min(tau + 1, k)
+    accept_probs = [reach[i] / reach[i - 1] if reach[i - 1] > 0 else 0.0 for i in range(1, tested + 1)]
+    path = list(range(tau))
+    if tau < k:
+        law = (p[tau] * targets[tau] - drafts[tau]).clamp_min(0)
+        mass = law.sum()
+        law = (law / mass if mass > 0 else targets[tau]).to(target_probs.dtype)
+        return Verdict(path, _draw(law, generator), "recovered", accept_probs, [0.0] * tested)
+    if not has_law[k]:
+        return Verdict(path, -1, "budget", accept_probs, [0.0] * tested)
+    return Verdict(path, _draw(target_probs[k], generator), "bonus", accept_probs, [0.0] * tested)
 
 
 def _verify_sampled_tree(tree, draft_probs, target_probs, has_law, generator) -> Verdict:

@@ -137,3 +137,11 @@ from .speedup import (  # noqa: E402
 
 __all__ += ["CostProfile", "best_gamma", "expected_speedup", "expected_tokens_per_step", "round_speedup",
             "speed_of_light_speedup"]
+
+# Sun et al. 2025: block verification of a drafted chain, next to token-wise verification
+from .verification import (  # noqa: E402
+    VERIFICATIONS, block_residual, block_stop_probabilities, block_weights, expected_accepted, token_stop_probabilities,
+)
+
+__all__ += ["VERIFICATIONS", "block_residual", "block_stop_probabilities", "block_weights", "expected_accepted",
+            "token_stop_probabilities"]
