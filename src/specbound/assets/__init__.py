@@ -8,7 +8,8 @@
 - :mod:`.prompts` reads HumanEval, MT-Bench and GSM8K from packages, with builtin fallbacks.
 
 Importing this package sets no environment variables and imports neither torch nor transformers.
-Command line: ``python -m specbound.assets {list,install,convert,verify,show}``.
+Command line: ``specbound assets {list,install,convert,verify,show}`` (:mod:`specbound.cli.assets`), also
+run as ``python -m specbound.assets ...``; the installing itself is :mod:`.install`.
 """
 from .cache import cache_root
 from .catalog import DEFAULT_DRAFT, DEFAULT_TARGET, PACKAGED_MODELS

@@ -1,6 +1,6 @@
-"""``python -m specbound.assets``: see :mod:`specbound.assets.cli`."""
+"""``python -m specbound.assets ...``: the same as ``specbound assets ...`` (:mod:`specbound.cli.assets`)."""
 import sys
 
-from .cli import main
+from specbound.cli import main
 
-sys.exit(main())
+sys.exit(main(["assets", *sys.argv[1:]]))

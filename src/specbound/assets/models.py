@@ -229,7 +229,7 @@ def verify_model(name: str, *, progress: bool = True) -> CacheCheck:
 
 
 class ModelRow(NamedTuple):
-    """One line of ``specbound models``."""
+    """One line of ``specbound assets list``."""
 
     name: str
     role: str

@@ -1,8 +1,8 @@
 """Experiments: theory measured against the engine on toy chains and real models.
 
 One measurement module per study returns typed results (dataclasses keyed by the capacity P as an
-int); one shared reporting layer turns them into markdown, HTML, JSON and PNGs; thin command layers
-(:mod:`.cli`) parse, measure and report.
+int); one shared reporting layer turns them into markdown, HTML, JSON and PNGs; the commands that
+run them (parse, measure, report) live in :mod:`specbound.cli`.
 
 =====================  ==================================================================
 module                 responsibility

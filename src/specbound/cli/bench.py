@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import sys
 
-from ...errors import SpecboundError
-from . import at_least
+from ..errors import SpecboundError
+from .arguments import at_least, name_list
+
+HELP = ("specbound vs HF generate / assisted (fp32 and the same int8 draft) / prompt lookup, on held-out "
+        "prompts, interleaved in one process")
 
 DEFAULT_OUT = "runs/bench"
 
 
 def add_arguments(p) -> None:
-    from ...options import DEFAULT_TARGET_PRECISION, TARGET_PRECISIONS
-    from ..bench import BENCH_METHODS, DEFAULT_METHODS, MODES
+    from ..options import DEFAULT_TARGET_PRECISION, TARGET_PRECISIONS
+    from ..experiments.bench import BENCH_METHODS, DEFAULT_METHODS, MODES
 
     p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
     p.add_argument("--draft", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B)")
@@ -39,21 +42,17 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ...assets.prompts import load_prompts
-    from ...runtime import configure_threads
-    from ..bench import BENCH_METHODS, LLAMACPP_METHODS, MODES, BenchConfig
-    from ..report import check_output_dir
+    from ..assets.prompts import load_prompts
+    from ..runtime import configure_threads
+    from ..experiments.bench import BENCH_METHODS, LLAMACPP_METHODS, MODES, BenchConfig
+    from ..experiments.report import check_output_dir
 
     at_least(args, 1, "n_prompts", "max_new_tokens", "repeats")
     at_least(args, 0, "offset", "threads")
-    modes = tuple(m for m in args.modes.split(",") if m)
-    methods = tuple(m for m in args.methods.split(",") if m)
-    for name, given, valid in (("--modes", modes, MODES), ("--methods", methods, BENCH_METHODS)):
-        bad = [x for x in given if x not in valid]
-        if bad or not given:
-            raise SpecboundError(f"{name}: unknown {bad or 'empty list'}; choose from {', '.join(valid)}")
+    modes = name_list(args.modes, MODES, "--modes")
+    methods = name_list(args.methods, BENCH_METHODS, "--methods")
     if any(m in LLAMACPP_METHODS for m in methods) and not (args.verify_cost or args.contention):
-        from ...models.llamacpp import load_llama_cpp
+        from ..models.llamacpp import load_llama_cpp
 
         load_llama_cpp()                    # not installed: the error names the install command, before loading
     out = check_output_dir(args.out)
@@ -71,7 +70,7 @@ def run(args) -> int:
 
 
 def _verify_cost(args, out) -> int:
-    from ..verify_cost import markdown, run_verify_cost
+    from ..experiments.verify_cost import markdown, run_verify_cost
 
     report = run_verify_cost(args.target, repeats=args.repeats, out_dir=out)
     print(markdown(report))
@@ -82,8 +81,8 @@ def _verify_cost(args, out) -> int:
 def _contention(args, out) -> int:
     from rich.console import Console
 
-    from ..contention import markdown, run_contention
-    from ..report import to_jsonable, write_json, write_text
+    from ..experiments.contention import markdown, run_contention
+    from ..experiments.report import to_jsonable, write_json, write_text
 
     console = Console(stderr=True)
     with console.status("contention benchmark…") as status:
@@ -101,13 +100,13 @@ def _contention(args, out) -> int:
 def _bench(args, config, prompts, out) -> int:
     from rich.console import Console
 
-    from ...assets.gguf import gguf_path
-    from ...assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
-    from ...models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
-    from ..bench import run_bench
-    from ..bench_report import bench_markdown
-    from ..journal import PARTIAL_NAME, PartialResults
-    from ..report import to_jsonable, write_json, write_text
+    from ..assets.gguf import gguf_path
+    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+    from ..models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
+    from ..experiments.bench import run_bench
+    from ..experiments.bench_report import bench_markdown
+    from ..experiments.journal import PARTIAL_NAME, PartialResults
+    from ..experiments.report import to_jsonable, write_json, write_text
 
     console = Console(stderr=True)
     methods = set(config.methods)
@@ -123,7 +122,7 @@ def _bench(args, config, prompts, out) -> int:
         if "llamacpp-plain-raw" in methods:
             models["llamacpp_raw"] = load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
         if "llamacpp-plain" in methods:
-            from ...models.llamacpp_peers import open_llama
+            from ..models.llamacpp_peers import open_llama
 
             models["llamacpp_target"] = open_llama(gguf_path(str(args.target or DEFAULT_TARGET), progress=False))
     journal = PartialResults(out / PARTIAL_NAME, {"bench": to_jsonable(config), "target": target.name,

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 from ...errors import SpecboundError
-from . import at_least
+from ..arguments import at_least
+
+HELP = "Yin et al. 2024: Fig. 2-4 and Table 1 in kind"
 
 DEFAULT_OUT = "runs/reproduce-yin"
 
@@ -42,7 +44,7 @@ def add_arguments(parser) -> None:
 
 def settings_from_args(args):
     """Validated :class:`~specbound.experiments.yin.Settings` (SpecboundError before any work)."""
-    from ..yin import Settings
+    from ...experiments.yin import Settings
 
     at_least(args, 1, "prompts", "samples", "tokens", "gamma", "threads")
     at_least(args, 2, "mc_runs")
@@ -66,12 +68,12 @@ def run(args) -> int:
     import torch
     from rich.console import Console
 
-    from ..journal import PARTIAL_NAME, PartialResults
-    from ..report import check_output_dir, progress_bar, to_jsonable
-    from ..yin import QUICK_TOTAL_SECONDS, run_fig2, run_fig3
-    from ..yin_pareto import run_fig4
-    from ..yin_report import YinResult, write_figures, write_results
-    from ..yin_table1 import run_table1
+    from ...experiments.journal import PARTIAL_NAME, PartialResults
+    from ...experiments.report import check_output_dir, progress_bar, to_jsonable
+    from ...experiments.yin import QUICK_TOTAL_SECONDS, run_fig2, run_fig3
+    from ...experiments.yin_pareto import run_fig4
+    from ...experiments.yin_report import YinResult, write_figures, write_results
+    from ...experiments.yin_table1 import run_table1
 
     s = settings_from_args(args)
     out_dir = check_output_dir(s.out)

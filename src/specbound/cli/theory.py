@@ -1,28 +1,34 @@
-"""Command line: thin wrappers over the library. `specbound --help` lists the sub-commands."""
+"""`specbound theory`: exact expected rejections, target calls and speed-up on a random Markov chain
+(Yin et al. 2024 Thm 1, Thm 3 design B, Prop. 1). No model: the chains are built from the options."""
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
-from .errors import SpecboundError
+from ..errors import SpecboundError
+from .arguments import int_list
 
+HELP = "exact expected rejections, target calls and speed-up on a random Markov chain (Yin et al.)"
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
-
-
-# ---------------------------------------------------------------------------- theory
 #: Largest batch size M the `theory` command accepts (the M → ∞ row is always printed, Prop. 1).
 THEORY_MAX_DRAFTS = 100_000
 #: Default memory limit of the `theory` command, in GB (10^9 bytes).
 THEORY_DEFAULT_MAX_MEMORY_GB = 2.0
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--states", type=int, default=7, help="number of states (tokens), default 7")
+    p.add_argument("--horizon", type=int, default=50, help="number of generated tokens T, default 50")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random chain (>= 0)")
+    p.add_argument("--concentration", type=float, default=0.5, help="Dirichlet concentration of rows")
+    p.add_argument("--draft-noise", type=float, default=0.5,
+                   help="draft = (1-w)·target + w·random rows; w in [0,1], default 0.5")
+    p.add_argument("--drafts", type=int_list(), default=[1],
+                   help=f"batch sizes M in [1, {THEORY_MAX_DRAFTS}], e.g. 1,2,4 (default 1); M > 1 is batch SD, "
+                        "design B")
+    p.add_argument("--max-memory-gb", type=float, default=THEORY_DEFAULT_MAX_MEMORY_GB,
+                   help="refuse (before allocating) if the estimated peak memory exceeds this many GB "
+                        f"(default {THEORY_DEFAULT_MAX_MEMORY_GB:g})")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def theory_memory_bytes(states: int, horizon: int) -> int:
@@ -73,8 +79,9 @@ def _check_theory_args(args) -> None:
         )
 
 
-def cmd_theory(args) -> int:
-    from .theory import (
+def run(args) -> int:
+    """Check every option (and the memory estimate), then compute the rows and print them."""
+    from ..theory import (
         MarkovChain, batch_expected_rejections, batch_expected_target_calls, batch_rejections_limit,
         batch_target_calls_limit, expected_rejections, expected_target_calls,
     )
@@ -135,84 +142,3 @@ def cmd_theory(args) -> int:
                       escape(r["label"]))
     Console().print(table)
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specbound", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("theory", help="exact expected rejections, target calls and speed-up on a random Markov "
-                                      "chain (Yin et al.)")
-    p.add_argument("--states", type=int, default=7, help="number of states (tokens), default 7")
-    p.add_argument("--horizon", type=int, default=50, help="number of generated tokens T, default 50")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random chain (>= 0)")
-    p.add_argument("--concentration", type=float, default=0.5, help="Dirichlet concentration of rows")
-    p.add_argument("--draft-noise", type=float, default=0.5,
-                   help="draft = (1-w)·target + w·random rows; w in [0,1], default 0.5")
-    p.add_argument("--drafts", type=_int_list, default=[1],
-                   help=f"batch sizes M in [1, {THEORY_MAX_DRAFTS}], e.g. 1,2,4 (default 1); M > 1 is batch SD, "
-                        "design B")
-    p.add_argument("--max-memory-gb", type=float, default=THEORY_DEFAULT_MAX_MEMORY_GB,
-                   help="refuse (before allocating) if the estimated peak memory exceeds this many GB "
-                        f"(default {THEORY_DEFAULT_MAX_MEMORY_GB:g})")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_theory)
-
-    for register in _EXTRA_COMMANDS:
-        register(sub)
-    return parser
-
-
-def _register_real_model_commands(sub) -> None:
-    from .cli_generate import register
-    register(sub)
-
-
-def _register_analysis_commands(sub) -> None:
-    """`analyze` and `reproduce yin|pankratov`: thin layers in :mod:`specbound.experiments.cli`, each with
-    ``add_arguments(parser)`` and ``run(args) -> int`` (they import the studies only when run)."""
-    from .experiments.cli import advise, analyze, bench, pankratov, yin
-
-    p = sub.add_parser("bench", help="specbound vs HF generate / assisted (fp32 and the same int8 draft) / prompt "
-                                      "lookup, on held-out prompts, interleaved in one process")
-    bench.add_arguments(p)
-    p.set_defaults(func=bench.run)
-    p = sub.add_parser("advise", help="how much speculation can give a pair on this engine and machine, the "
-                                       "speed of light, the best settings (predicted, then measured), exports")
-    advise.add_arguments(p)
-    p.set_defaults(func=advise.run)
-    p = sub.add_parser("analyze", help="measure mu, mu2, oracle E[X*](P), bounds and drafters on real models "
-                                        "(Pankratov & Alistarh)")
-    analyze.add_arguments(p)
-    p.set_defaults(func=analyze.run)
-    p = sub.add_parser("reproduce", help="regenerate the papers' figures and tables in kind")
-    rsub = p.add_subparsers(dest="paper", required=True)
-    p = rsub.add_parser("yin", help="Yin et al. 2024: Fig. 2-4 and Table 1 in kind")
-    yin.add_arguments(p)
-    p.set_defaults(func=yin.run)
-    p = rsub.add_parser("pankratov", help="Pankratov & Alistarh 2026: moments table and Fig. 2 in kind")
-    pankratov.add_arguments(p)
-    p.set_defaults(func=pankratov.run)
-
-
-_EXTRA_COMMANDS: list = [_register_real_model_commands, _register_analysis_commands]
-
-
-def main(argv=None) -> int:
-    from .runtime import configure_process
-
-    configure_process()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args) or 0
-    except SpecboundError as exc:
-        print(f"specbound: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:           # clean-up already ran (e.g. a conversion's staging directory)
-        print("interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,56 @@
-"""`specbound generate` and `specbound models`: decoding on real models from the command line."""
+"""`specbound generate`: speculative decoding on real models; streams the text, then prints the metrics."""
 from __future__ import annotations
 
 import json
 import sys
 
-from .errors import SpecboundError
-from .options import DEFAULT_DRAFT_ENGINE, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+from ..errors import SpecboundError
+from ..options import DEFAULT_DRAFT_ENGINE, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+
+HELP = "speculative decoding on real models; streams text and prints metrics"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
+    p.add_argument("--draft", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B)")
+    p.add_argument("--prompt", default=None, help="prompt text (default: a prompt from --prompt-set)")
+    p.add_argument("--kind", default="code", choices=["code", "chat", "math"],
+                   help="how to format --prompt: raw text (code) or chat template (chat, math)")
+    p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k | builtin")
+    p.add_argument("--index", type=int, default=None, help="prompt index in the set (default 2, HumanEval/2)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--gamma", default=None,
+                   help="draft chain length K, 'auto' (cost-model choice per round; the default) or 'horizon'")
+    p.add_argument("--tree", type=int, default=None, metavar="P",
+                   help="draft a tree of at most P nodes per round instead of a chain (Pankratov & Alistarh)")
+    p.add_argument("--tree-drafter", default="dynamic", choices=["dynamic", "sampled", "chain", "oracle"],
+                   help="with --tree: how the tree is drafted (default dynamic: top-P by draft path probability)")
+    p.add_argument("--drafts", type=int, default=None, metavar="M",
+                   help="batch SD: M i.i.d. draft sequences per round (Yin et al. Alg. 4)")
+    p.add_argument("--design", default="B", choices=["A", "B"], help="with --drafts: batch verification design")
+    p.add_argument("--relaxation", default=None, metavar="NAME:EPS[:FORM]",
+                   help="biased over-acceptance decoding, e.g. opt:0.1 or uno:0.1:ratio (Yin et al. §5; NOT lossless)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available to this process)")
+    p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
+                   help=f"the target you run (default {DEFAULT_TARGET_PRECISION}): int8 = int8 weights and activations "
+                        "(~3x cheaper per pass, a slightly different model; decoding is lossless with respect to "
+                        "it), fp32 = the packaged weights dequantised to float32")
+    p.add_argument("--draft-engine", default=DEFAULT_DRAFT_ENGINE, choices=list(DRAFT_ENGINES),
+                   help="where the draft runs: torch (int8), llamacpp (the draft's GGUF file, needs "
+                        "specbound[llamacpp]) or auto (llamacpp when installed, else torch; the default); "
+                        "the target stays on torch")
+    p.add_argument("--eager", action="store_true", help="keep eager linear layers (no oneDNN prepacking)")
+    p.add_argument("--draft-fp32", action="store_true",
+                   help="keep the draft in fp32 (default: int8 weights, ~3x cheaper per drafted token, "
+                        "slightly lower acceptance; the output law is unaffected)")
+    p.add_argument("--baseline", action="store_true", help="also time plain target decoding and compare")
+    p.add_argument("--quiet", action="store_true", help="no streamed text, metrics only")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
+    p.add_argument("--json", action="store_true", help="print a JSON report instead of text + table")
 
 
 def check_text(text: str, what: str) -> str:
@@ -22,7 +67,7 @@ def check_text(text: str, what: str) -> str:
 def _pick_prompt(args):
     """The prompt to decode: --prompt text, else prompt --index of --prompt-set (default HumanEval/2).
     Cheap: reads only the prompt-set file, so bad --prompt-set / --index fail before any model loads."""
-    from .assets.prompts import Prompt, load_prompts
+    from ..assets.prompts import Prompt, load_prompts
 
     if args.prompt is not None:
         return Prompt(id="cli", text=check_text(args.prompt, "--prompt"), kind=args.kind)
@@ -54,7 +99,7 @@ def draft_spec_from_args(args):
 
     Default γ: "auto" for a chain, 4 for batch drafts (which need a fixed length), none for trees.
     """
-    from .decoding import DraftSpec
+    from ..decoding import DraftSpec
 
     gamma = _gamma(args.gamma)
     if args.gamma is None and args.tree is None:
@@ -63,15 +108,15 @@ def draft_spec_from_args(args):
                      design=args.design, relaxation=args.relaxation)
 
 
-def cmd_generate(args) -> int:
+def run(args) -> int:
     from rich.console import Console
 
-    from .assets.prompts import format_prompt
-    from .decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
-    from .models.loading import load_pair
-    from .options import check_precision, resolve_draft_engine
-    from .models.tokens import stop_token_ids
-    from .runtime import configure_threads
+    from ..assets.prompts import format_prompt
+    from ..decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
+    from ..models.loading import load_pair
+    from ..options import check_precision, resolve_draft_engine
+    from ..models.tokens import stop_token_ids
+    from ..runtime import configure_threads
 
     console = Console(stderr=True, quiet=args.json)
     # every cheap argument first: nothing below loads a model before these pass
@@ -83,7 +128,7 @@ def cmd_generate(args) -> int:
     check_precision(args.target_precision)
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     if args.draft_engine == "llamacpp":
-        from .models.llamacpp import load_llama_cpp
+        from ..models.llamacpp import load_llama_cpp
 
         load_llama_cpp()                   # not installed: say so before any model loads
     configure_threads(args.threads)
@@ -191,84 +236,3 @@ def _print_report(r: dict, console) -> None:
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)
-
-
-def cmd_models(args) -> int:
-    """Table of the packaged models: installed?, converted?, cache check (full sha256 with --verify)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from .assets.gguf import rebuild_command
-    from .assets.models import list_models
-
-    rows = list_models(verify=args.verify)
-    title = "packaged models (converted once into the local cache on first use)"
-    table = Table(title=title + (", sha256 verified" if args.verify else ""))
-    for col in ("name", "role", "packages installed", "fp32 cache", "int8 cache", "GGUF size", "cache path"):
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        check = row.check.describe() + ("".join(f"; {p}" for p in row.check.problems)
-                                        if row.check.state == "verified" else "")
-        int8 = row.int8.describe() if row.int8 is not None else "–"
-        table.add_row(row.name, row.role, "yes" if row.installed else "no", check, int8,
-                      f"{row.size / 1e6:,.0f} MB", str(row.path.parent))
-    Console().print(table)
-    for row in rows:
-        if row.check.state == "damaged":
-            print(f"{row.name}: rebuild with {rebuild_command(row.name)}"
-                  + (" (or just load it: it is rebuilt automatically)" if row.installed else ""))
-    print("Any local Hugging Face model directory also works: --target /path/to/model")
-    print("fp32 caches are written only for --target-precision fp32 (or --draft-fp32); int8 caches are "
-          "quantised straight from the GGUF files")
-    return 1 if any(row.check.state == "damaged" or (row.int8 is not None and row.int8.state == "damaged")
-                    for row in rows) else 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("generate", help="speculative decoding on real models; streams text and prints metrics")
-    p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
-    p.add_argument("--draft", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B)")
-    p.add_argument("--prompt", default=None, help="prompt text (default: a prompt from --prompt-set)")
-    p.add_argument("--kind", default="code", choices=["code", "chat", "math"],
-                   help="how to format --prompt: raw text (code) or chat template (chat, math)")
-    p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k | builtin")
-    p.add_argument("--index", type=int, default=None, help="prompt index in the set (default 2, HumanEval/2)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--gamma", default=None,
-                   help="draft chain length K, 'auto' (cost-model choice per round; the default) or 'horizon'")
-    p.add_argument("--tree", type=int, default=None, metavar="P",
-                   help="draft a tree of at most P nodes per round instead of a chain (Pankratov & Alistarh)")
-    p.add_argument("--tree-drafter", default="dynamic", choices=["dynamic", "sampled", "chain", "oracle"],
-                   help="with --tree: how the tree is drafted (default dynamic: top-P by draft path probability)")
-    p.add_argument("--drafts", type=int, default=None, metavar="M",
-                   help="batch SD: M i.i.d. draft sequences per round (Yin et al. Alg. 4)")
-    p.add_argument("--design", default="B", choices=["A", "B"], help="with --drafts: batch verification design")
-    p.add_argument("--relaxation", default=None, metavar="NAME:EPS[:FORM]",
-                   help="biased over-acceptance decoding, e.g. opt:0.1 or uno:0.1:ratio (Yin et al. §5; NOT lossless)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available to this process)")
-    p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
-                   help=f"the target you run (default {DEFAULT_TARGET_PRECISION}): int8 = int8 weights and activations "
-                        "(~3x cheaper per pass, a slightly different model; decoding is lossless with respect to "
-                        "it), fp32 = the packaged weights dequantised to float32")
-    p.add_argument("--draft-engine", default=DEFAULT_DRAFT_ENGINE, choices=list(DRAFT_ENGINES),
-                   help="where the draft runs: torch (int8), llamacpp (the draft's GGUF file, needs "
-                        "specbound[llamacpp]) or auto (llamacpp when installed, else torch; the default); "
-                        "the target stays on torch")
-    p.add_argument("--eager", action="store_true", help="keep eager linear layers (no oneDNN prepacking)")
-    p.add_argument("--draft-fp32", action="store_true",
-                   help="keep the draft in fp32 (default: int8 weights, ~3x cheaper per drafted token, "
-                        "slightly lower acceptance; the output law is unaffected)")
-    p.add_argument("--baseline", action="store_true", help="also time plain target decoding and compare")
-    p.add_argument("--quiet", action="store_true", help="no streamed text, metrics only")
-    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
-    p.add_argument("--json", action="store_true", help="print a JSON report instead of text + table")
-    p.set_defaults(func=cmd_generate)
-
-    p = sub.add_parser("models", help="list packaged models, where they are cached and whether the cache is intact")
-    p.add_argument("--verify", action="store_true",
-                   help="check the sha256 of every cached file (reads every byte; upgrades caches of older versions)")
-    p.set_defaults(func=cmd_models)

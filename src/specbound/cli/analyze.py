@@ -1,22 +1,13 @@
 """`specbound analyze --prompts SET [...]`: measure on the real pair, then write the report."""
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from ...errors import SpecboundError
-from . import at_least, positive_threads
+from ..errors import SpecboundError
+from .arguments import at_least, int_list, positive_threads
 
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError("expected integers >= 1")
-    return values
+HELP = "measure mu, mu2, oracle E[X*](P), bounds and drafters on real models (Pankratov & Alistarh)"
 
 
 def add_arguments(parser) -> None:
@@ -26,7 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--draft-fp32", action="store_true", help="use the fp32 draft (default: int8, cheaper)")
     parser.add_argument("--prompts", required=True, help="prompt set: humaneval, mtbench, gsm8k or builtin")
     parser.add_argument("--n-prompts", type=int, default=None, help="prompts for the moments (default 6)")
-    parser.add_argument("--capacities", type=_int_list, default=None, help="capacities P (default 1,2,4,...,64)")
+    parser.add_argument("--capacities", type=int_list(minimum=1), default=None, help="capacities P (default 1,2,4,...,64)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0), default 1")
     parser.add_argument("--tokens", type=int, default=None, help="sampled tokens per prompt for the moments")
     parser.add_argument("--oracle-positions", type=int, default=None, help="positions for exact T*(P) (default 10)")
@@ -44,7 +35,7 @@ def add_arguments(parser) -> None:
 
 def config_from_args(args):
     """The validated :class:`~specbound.experiments.analyze.AnalyzeConfig` (SpecboundError on bad values)."""
-    from ..analyze import AnalyzeConfig
+    from ..experiments.analyze import AnalyzeConfig
 
     at_least(args, 1, "n_prompts", "tokens")
     at_least(args, 0, "oracle_positions", "drafter_prompts", "drafter_tokens", "seed")
@@ -64,12 +55,12 @@ def config_from_args(args):
 def run(args) -> int:
     import torch
 
-    from ...assets.prompts import load_prompts
-    from ...models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, load_model
-    from ..analyze import analyze_set
-    from ..analyze_report import write_report
-    from ..journal import PARTIAL_NAME, PartialResults
-    from ..report import check_output_dir, to_jsonable
+    from ..assets.prompts import load_prompts
+    from ..models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, load_model
+    from ..experiments.analyze import analyze_set
+    from ..experiments.analyze_report import write_report
+    from ..experiments.journal import PARTIAL_NAME, PartialResults
+    from ..experiments.report import check_output_dir, to_jsonable
 
     positive_threads(args)
     cfg = config_from_args(args)

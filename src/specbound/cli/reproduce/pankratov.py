@@ -6,7 +6,9 @@ import time
 from pathlib import Path
 
 from ...errors import SpecboundError
-from . import positive_threads
+from ..arguments import positive_threads
+
+HELP = "Pankratov & Alistarh 2026: moments table and Fig. 2 in kind"
 
 DEFAULT_OUT = "runs/reproduce-pankratov"
 
@@ -25,11 +27,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ..journal import PARTIAL_NAME, PartialResults
-    from ..llm import default_pair_status
-    from ..pankratov import PankratovResult, augment, llm_configs, run_llm, synthetic_checks
-    from ..pankratov_report import render
-    from ..report import check_output_dir, from_jsonable, to_jsonable
+    from ...experiments.journal import PARTIAL_NAME, PartialResults
+    from ...experiments.llm import default_pair_status
+    from ...experiments.pankratov import PankratovResult, augment, llm_configs, run_llm, synthetic_checks
+    from ...experiments.pankratov_report import render
+    from ...experiments.report import check_output_dir, from_jsonable, to_jsonable
 
     positive_threads(args)
     if args.augment and args.resume:

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import sys
 
-from ...errors import SpecboundError
-from . import at_least
+from .arguments import at_least, name_list
+
+HELP = ("how much speculation can give a pair on this engine and machine, the speed of light, the best "
+        "settings (predicted, then measured), exports")
 
 DEFAULT_OUT = "runs/advise"
 
 
 def add_arguments(p) -> None:
-    from ...options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+    from ..options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
 
     p.add_argument("--target", default=None, help="packaged model name or local path (default: Qwen2.5-Coder-1.5B); "
                                                  "a .gguf file with --engine llamacpp")
@@ -39,22 +41,20 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ...advise import MODES, AdviseConfig, check_engine
-    from ...assets.prompts import load_prompts
-    from ...runtime import configure_threads
-    from ..report import check_output_dir
+    from ..advise import MODES, AdviseConfig, check_engine
+    from ..assets.prompts import load_prompts
+    from ..runtime import configure_threads
+    from ..experiments.report import check_output_dir
 
     check_engine(args.engine)
     at_least(args, 1, "n_prompts", "tokens", "positions", "repeats", "check_tokens")
     at_least(args, 0, "offset", "check_prompts", "threads")
-    modes = tuple(m for m in args.modes.split(",") if m)
-    if not modes or any(m not in MODES for m in modes):
-        raise SpecboundError(f"--modes: choose from {', '.join(MODES)}, got {args.modes!r}")
+    modes = name_list(args.modes, MODES, "--modes")
     out = check_output_dir(args.out)
     calibration = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
     check = load_prompts(args.prompt_set, limit=args.check_prompts, offset=args.offset + args.n_prompts) \
         if args.check_prompts else []
-    from ...options import resolve_draft_engine
+    from ..options import resolve_draft_engine
 
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     _check_engine_available("llamacpp" if args.draft_engine == "llamacpp" else args.engine)
@@ -67,7 +67,7 @@ def run(args) -> int:
 def _check_engine_available(engine: str) -> None:
     import importlib.util
 
-    from ...errors import ModelNotAvailable
+    from ..errors import ModelNotAvailable
 
     if engine == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
         raise ModelNotAvailable("--engine llamacpp needs llama-cpp-python: pip install 'specbound[llamacpp]' "
@@ -77,14 +77,14 @@ def _check_engine_available(engine: str) -> None:
 def _advise(args, config, calibration, check, out) -> int:
     from rich.console import Console
 
-    from ...advise import advise, measure_settings, recommendation
+    from ..advise import advise, measure_settings, recommendation
     from dataclasses import replace
 
-    from ...export import export_all, to_llamacpp_server
-    from ...models.loading import load_engine_pair
-    from ..advise_report import write_advice
-    from ..llm import encode_prompts
-    from ..report import progress_bar
+    from ..export import export_all, to_llamacpp_server
+    from ..models.loading import load_engine_pair
+    from ..experiments.advise_report import write_advice
+    from ..experiments.llm import encode_prompts
+    from ..experiments.report import progress_bar
 
     console = Console(stderr=True)
     with console.status(f"loading the pair on {config.engine}…"):

@@ -1,0 +1,61 @@
+"""Argument types and checks shared by the commands (no torch, nothing heavy).
+
+Two kinds of check, one rule: what argparse can judge from one token alone (an integer list that
+does not parse) is an argparse ``type`` and exits with argparse's usage message; everything else
+(ranges that need a sentence of context, options that depend on each other) raises
+:class:`~specbound.errors.SpecboundError` from the command's ``run`` before any model loads, and
+:func:`specbound.cli.main` prints it in the one error format.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Collection
+
+from ..errors import SpecboundError
+
+__all__ = ["at_least", "int_list", "name_list", "positive_threads"]
+
+
+def int_list(minimum: int | None = None) -> Callable[[str], list[int]]:
+    """An argparse ``type`` for comma-separated integers, e.g. ``1,2,4`` (at least one).
+
+    ``minimum`` None leaves the range to the command (``theory --drafts`` explains its range, and why,
+    in its own error); an integer makes smaller values an argparse error (``analyze --capacities``
+    takes integers >= 1).
+    """
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError("expected at least one integer")
+        if minimum is not None and any(v < minimum for v in values):
+            raise argparse.ArgumentTypeError(f"expected integers >= {minimum}, got {text!r}")
+        return values
+
+    return parse
+
+
+def name_list(text: str, valid: Collection[str], flag: str) -> tuple[str, ...]:
+    """Comma-separated names, each one of ``valid`` (at least one), else a clear error naming ``flag``."""
+    given = tuple(name for name in text.split(",") if name)
+    bad = [name for name in given if name not in valid]
+    if bad or not given:
+        raise SpecboundError(f"{flag}: unknown {bad or 'empty list'}; choose from {', '.join(valid)}")
+    return given
+
+
+def at_least(args, minimum: int, *names: str) -> None:
+    """Every option in ``names`` that was given must be an integer >= ``minimum`` (clear error otherwise)."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < minimum:
+            flag = "--" + name.replace("_", "-")
+            raise SpecboundError(f"{flag} must be >= {minimum}, got {value}")
+
+
+def positive_threads(args) -> None:
+    """``--threads`` of the studies: None (torch's choice) or >= 1."""
+    at_least(args, 1, "threads")
