@@ -37,6 +37,8 @@ def no_model_loads(monkeypatch):
     (["generate", "--temperature", "-1"], "temperature"),
     (["generate", "--top-p", "1.5"], "top_p"),
     (["generate", "--tree", "0"], "capacity P"),
+    (["generate", "--verification", "block", "--tree", "4"], "verifies one drafted chain"),
+    (["generate", "--verification", "block", "--relaxation", "opt:0.1"], "cannot be combined with a relaxation"),
     (["generate", "--threads", "-1"], "--threads"),
     (["bench", "--n-prompts", "0"], "--n-prompts must be >= 1"),
     (["bench", "--modes", "fast"], "--modes: unknown"),

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
     p.add_argument("--design", default="B", choices=["A", "B"], help="with --drafts: batch verification design")
     p.add_argument("--relaxation", default=None, metavar="NAME:EPS[:FORM]",
                    help="biased over-acceptance decoding, e.g. opt:0.1 or uno:0.1:ratio (Yin et al. §5; NOT lossless)")
+    p.add_argument("--verification", default="token", choices=["token", "block"],
+                   help="how a sampled draft chain is verified: token-wise (default) or jointly (block "
+                        "verification, Sun et al. 2025: same output law, never fewer accepted tokens)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
@@ -105,7 +108,7 @@ def draft_spec_from_args(args):
     if args.gamma is None and args.tree is None:
         gamma = "auto" if (args.drafts or 1) == 1 else 4
     return DraftSpec(gamma=gamma, tree=args.tree, tree_drafter=args.tree_drafter, drafts=args.drafts,
-                     design=args.design, relaxation=args.relaxation)
+                     design=args.design, relaxation=args.relaxation, verification=args.verification)
 
 
 def run(args) -> int:
