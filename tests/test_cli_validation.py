@@ -41,6 +41,7 @@ def no_model_loads(monkeypatch):
     (["generate", "--verification", "block", "--relaxation", "opt:0.1"], "cannot be combined with a relaxation"),
     (["generate", "--threads", "-1"], "--threads"),
     (["bench", "--n-prompts", "0"], "--n-prompts must be >= 1"),
+    (["bench", "--seeds", "0"], "--seeds must be >= 1"),
     (["bench", "--modes", "fast"], "--modes: unknown"),
     (["bench", "--methods", "hf-generate,nope"], "--methods: unknown"),
     (["bench", "--prompt-set", "nosuchset"], "nosuchset"),

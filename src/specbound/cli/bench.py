@@ -29,6 +29,10 @@ def add_arguments(p) -> None:
     p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
                    help="the torch target every torch method uses (HF peers and specbound alike)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1,
+                   help="paired repeats per prompt (default 1): every method runs S times with the same seeds, and "
+                        "the report gives ratios with standard errors and 95%% intervals. Seeds only matter when "
+                        "sampling: greedy modes run once whatever S")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available)")
     p.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON and markdown reports")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out (same options)")
@@ -47,7 +51,7 @@ def run(args) -> int:
     from ..experiments.bench import BENCH_METHODS, LLAMACPP_METHODS, MODES, BenchConfig
     from ..experiments.report import check_output_dir
 
-    at_least(args, 1, "n_prompts", "max_new_tokens", "repeats")
+    at_least(args, 1, "n_prompts", "max_new_tokens", "repeats", "seeds")
     at_least(args, 0, "offset", "threads")
     modes = name_list(args.modes, MODES, "--modes")
     methods = name_list(args.methods, BENCH_METHODS, "--methods")
@@ -65,7 +69,8 @@ def run(args) -> int:
     configure_threads(args.threads)
     if args.verify_cost:
         return _verify_cost(args, out)
-    config = BenchConfig(args.prompt_set, args.offset, len(prompts), args.max_new_tokens, modes, methods, args.seed)
+    config = BenchConfig(args.prompt_set, args.offset, len(prompts), args.max_new_tokens, modes, methods, args.seed,
+                         args.seeds)
     return _bench(args, config, prompts, out)
 
 
@@ -125,7 +130,10 @@ def _bench(args, config, prompts, out) -> int:
             from ..models.llamacpp_peers import open_llama
 
             models["llamacpp_target"] = open_llama(gguf_path(str(args.target or DEFAULT_TARGET), progress=False))
-    journal = PartialResults(out / PARTIAL_NAME, {"bench": to_jsonable(config), "target": target.name,
+    fingerprint = to_jsonable(config)
+    if config.seeds == 1:
+        fingerprint.pop("seeds", None)      # a one-seed run resumes a journal written before --seeds existed
+    journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": target.name,
                                                   "target_kernels": target.info.kernels,
                                                   "draft": draft_int8.name}, resume=args.resume)
     result = run_bench(models, prompts, config, journal, progress=not args.no_progress)

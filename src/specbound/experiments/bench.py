@@ -26,7 +26,13 @@ over the time after the first token for the peers; new tokens over total − pre
 Every model uses the same kernels (oneDNN-prepacked fp32 target and fp32 draft, the int8 draft
 with the padded one-row path), so a ratio compares algorithms, not kernels. Per prompt and mode the
 methods run interleaved in an order rotated per prompt; each finished (prompt, mode) is journaled so
-``--resume`` continues an interrupted run. This is a benchmark: it prints and writes numbers and
+``--resume`` continues an interrupted run.
+
+``seeds`` = S > 1 repeats every sampled (prompt, mode) S times with paired seeds: in repeat s every
+method gets the same seed ``seed + 1000·s + prompt index`` (so the methods are compared on the same
+random stream), the rotation is shifted by s, and each (prompt, mode, s) is its own journaled unit.
+Greedy output does not depend on the seed, so greedy runs once whatever S. :func:`paired_summary`
+then gives ratios with standard errors and a 95% interval instead of bare medians. This is a benchmark: it prints and writes numbers and
 asserts nothing about speed.
 """
 from __future__ import annotations
@@ -42,7 +48,8 @@ import torch
 from ..decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from ..models.tokens import stop_token_ids
 
-__all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "run_bench", "summarise"]
+__all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "paired_summary", "run_bench",
+           "summarise"]
 
 BENCH_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                  "hf-lookup", "specbound-plain", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft",
@@ -65,6 +72,7 @@ class BenchConfig:
     modes: tuple[str, ...] = ("greedy",)
     methods: tuple[str, ...] = BENCH_METHODS
     seed: int = 0
+    seeds: int = 1          # paired repeats per sampled (prompt, mode); greedy runs once
 
 
 @dataclass
@@ -91,6 +99,7 @@ class BenchRow:
     prompt_tokens: int
     order: list[str]
     runs: dict[str, MethodRun] = field(default_factory=dict)
+    seed_index: int = 0     # the repeat s (seed = config.seed + 1000·s + prompt index), 0 when seeds = 1
 
 
 @dataclass
@@ -218,7 +227,10 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
 
 
 def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: bool = True) -> BenchResult:
-    """Interleave every method on every (prompt, mode); journaled per (prompt, mode)."""
+    """Interleave every method on every (prompt, mode[, seed repeat]); journaled per unit.
+
+    With ``config.seeds`` = 1 the journal keys are ``"{prompt}|{mode}"`` as before; with S > 1 a
+    sampled unit is ``"{prompt}|{mode}|{s}"`` (greedy keeps the plain key: it runs once)."""
     from ..assets.prompts import format_prompt
     from .report import progress_bar
 
@@ -227,30 +239,34 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
     eos = set(stop_token_ids(target))
     rows = []
     with progress_bar(progress) as bar:
-        task = bar.add_task("bench", total=len(prompts) * len(config.modes) * len(methods))
+        repeats = {mode: 1 if mode == "greedy" else max(1, config.seeds) for mode in config.modes}
+        task = bar.add_task("bench", total=len(prompts) * sum(repeats.values()) * len(methods))
         warm = target.tokenizer("def f(x):\n", return_tensors="pt").input_ids
         for method in methods:                      # page weights in; calibrate/cached costs once
             run_method(method, models, warm, 4, MODES["greedy"], 0)
         for i, prompt in enumerate(prompts):
             ids = target.tokenizer(format_prompt(target.tokenizer, prompt), return_tensors="pt").input_ids
-            for mode in config.modes:
-                shift = i % len(methods)
+            for mode, s in [(mode, s) for mode in config.modes for s in range(repeats[mode])]:
+                shift = (i + s) % len(methods)
                 order = methods[shift:] + methods[:shift]
+                seed = config.seed + 1000 * s + i          # the same for every method of this unit: paired
+                label = f"{prompt.id} {mode}" + (f" #{s}" if repeats[mode] > 1 else "")
 
-                def measure(order=order, ids=ids, mode=mode, i=i, prompt=prompt) -> BenchRow:
-                    row = BenchRow(prompt.id, mode, int(ids.shape[1]), list(order))
+                def measure(order=order, ids=ids, mode=mode, prompt=prompt, s=s, seed=seed, label=label) -> BenchRow:
+                    row = BenchRow(prompt.id, mode, int(ids.shape[1]), list(order), seed_index=s)
                     tokens = {}
                     for method in order:
-                        bar.update(task, description=f"{prompt.id} {mode} {method}")
+                        bar.update(task, description=f"{label} {method}")
                         tokens[method], row.runs[method] = run_method(method, models, ids, config.max_new_tokens,
-                                                                      MODES[mode], config.seed + i)
+                                                                      MODES[mode], seed)
                         bar.advance(task)
                     if mode == "greedy" and "hf-generate" in tokens:
                         for method, toks in tokens.items():
                             row.runs[method].identical = same_greedy_answer(toks, tokens["hf-generate"], eos)
                     return row
 
-                rows.append(journal.unit(f"{prompt.id}|{mode}", BenchRow, measure))
+                key = f"{prompt.id}|{mode}" + (f"|{s}" if repeats[mode] > 1 else "")
+                rows.append(journal.unit(key, BenchRow, measure))
     return BenchResult(config, machine(), {k: describe_model(m) for k, m in models.items()}, rows, summarise(rows))
 
 
@@ -274,7 +290,9 @@ def _finite(x) -> bool:
 
 def summarise(rows: list[BenchRow]) -> dict:
     """Per mode: per method the median tok/s and τ; per specbound method the median and minimum of
-    the per-prompt ratios to hf-generate and to the best HF assisted-int8 configuration."""
+    the per-prompt ratios to hf-generate and to the best HF assisted-int8 configuration. With several
+    seeds per prompt (``seeds`` > 1, sampled modes) the medians are over (prompt, seed) units and
+    ``"paired"`` holds :func:`paired_summary` (ratios with standard errors and 95% intervals)."""
     out = {}
     for mode in sorted({r.mode for r in rows}):
         mine = [r for r in rows if r.mode == mode]
@@ -310,4 +328,103 @@ def summarise(rows: list[BenchRow]) -> dict:
                     per[m][key] = {"median": statistics.median(ratios), "min": min(ratios), "reference": ref,
                                    "measure": field_}
         out[mode] = {"methods": per, "best_assisted_int8": best_assisted}
+        if any(r.seed_index > 0 for r in mine):
+            out[mode]["paired"] = paired_summary(mine, best_assisted)
     return out
+
+
+PAIRING = ("Seeds are paired: in repeat s every method decodes the prompt with the same seed "
+           "(seed + 1000·s + prompt index), back to back in one rotated order, and each ratio is taken "
+           "within that (prompt, seed) unit.")
+
+#: (summary key, reference, measure) of the paired comparisons; None = the best HF assisted-int8
+_REFERENCES = (("vs_generate", "hf-generate", "tokens_per_second"),
+               ("vs_assisted_int8", None, "tokens_per_second"),
+               ("vs_llamacpp", "llamacpp-plain", "decode_tokens_per_second"))
+
+
+def _ratio_of_means(a: list[float], b: list[float]) -> tuple[float, float | None]:
+    """mean(a)/mean(b) and its delta-method standard error for paired samples (covariance included)."""
+    n = len(a)
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    r = ma / mb
+    if n < 2:
+        return r, None
+    va, vb = statistics.variance(a), statistics.variance(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b)) / (n - 1)
+    rel = va / ma ** 2 + vb / mb ** 2 - 2 * cov / (ma * mb)
+    return r, r * math.sqrt(max(rel, 0.0) / n)
+
+
+def _pooled_log_ratio(logs: dict[str, list[float]]) -> dict:
+    """Geometric mean of the paired ratios (``logs``: prompt → per-seed log ratios) with a standard
+    error clustered by prompt and a 95% interval (Student t quantile, prompts − 1 degrees of freedom)."""
+    from scipy.stats import t as student_t
+
+    every = [x for xs in logs.values() for x in xs]
+    n, k = len(every), len(logs)
+    mean = statistics.fmean(every)
+    if k >= 2:          # cluster-robust (CR1): prompt-to-prompt variation counts, seeds within a prompt are not independent draws
+        se = math.sqrt(k / (k - 1) * sum(sum(x - mean for x in xs) ** 2 for xs in logs.values())) / n
+        df = k - 1
+    elif n >= 2:        # one prompt: the seeds are the only replication
+        se, df = statistics.stdev(every) / math.sqrt(n), n - 1
+    else:
+        se, df = None, None
+    q = float(student_t.ppf(0.975, df)) if df else None
+    return {"ratio": math.exp(mean), "mean_log_ratio": mean, "se_log_ratio": se, "quantile": q,
+            "low": math.exp(mean - q * se) if se is not None else None,
+            "high": math.exp(mean + q * se) if se is not None else None,
+            "n": n, "prompts": k, "seeds": max(len(xs) for xs in logs.values())}
+
+
+def paired_summary(rows: list[BenchRow], best_assisted: str | None = None) -> dict:
+    """Seed-paired comparison of every specbound method with each reference, for the rows of ONE mode.
+
+    References: ``hf-generate`` and the best HF assisted-int8 configuration (``best_assisted``; by
+    default the one with the higher mean tok/s) on end-to-end tok/s, and ``llamacpp-plain`` on decode
+    tok/s, each when present.
+
+    Per prompt: the ratio of the mean tok/s over seeds, ``mean(method)/mean(reference)``, with its
+    delta-method standard error for paired samples, ``R·sqrt((s_a²/ā² + s_b²/b̄² − 2·s_ab/(ā·b̄))/S)``.
+    The covariance term is what pairing buys: a seed that makes both methods slow cancels out.
+
+    Pooled over prompts: the geometric mean of the per-(prompt, seed) paired ratios,
+    ``exp(mean log(a/b))``. Its standard error is clustered by prompt (CR1), so it includes the
+    prompt-to-prompt spread of the speed-up and does not count the S seeds of one prompt as S
+    independent prompts; the 95% interval is ``exp(mean ± q·SE)`` with q the Student t quantile on
+    prompts − 1 degrees of freedom (1.96 for many prompts, wider for few — with 8 prompts q = 2.36).
+    With a single prompt the SE is that of the seeds' log ratios. Also the median τ per method.
+    """
+    methods = [m for m in BENCH_METHODS if any(m in r.runs for r in rows)]
+    if best_assisted is None:
+        means = {m: statistics.fmean(r.runs[m].tokens_per_second for r in rows if m in r.runs)
+                 for m in ASSISTED_INT8 if m in methods}
+        best_assisted = max(means, key=means.get, default=None)
+    prompts = list(dict.fromkeys(r.prompt for r in rows))
+    comparisons: dict[str, dict] = {}
+    for m in (x for x in SPECBOUND_METHODS if x in methods):
+        for key, ref, measure in _REFERENCES:
+            ref = best_assisted if ref is None else ref
+            if ref is None or ref not in methods:
+                continue
+            pairs = {p: [] for p in prompts}
+            for r in rows:
+                if m in r.runs and ref in r.runs:
+                    a, b = getattr(r.runs[m], measure), getattr(r.runs[ref], measure)
+                    if _finite(a) and _finite(b) and a > 0 and b > 0:
+                        pairs[r.prompt].append((a, b))
+            pairs = {p: ab for p, ab in pairs.items() if ab}
+            if not pairs:
+                continue
+            per_prompt = []
+            for p, ab in pairs.items():
+                ratio, se = _ratio_of_means([a for a, _ in ab], [b for _, b in ab])
+                per_prompt.append({"prompt": p, "ratio": ratio, "se": se, "seeds": len(ab)})
+            pooled = _pooled_log_ratio({p: [math.log(a / b) for a, b in ab] for p, ab in pairs.items()})
+            comparisons.setdefault(m, {})[key] = {"reference": ref, "measure": measure,
+                                                  "per_prompt": per_prompt, "pooled": pooled}
+    return {"pairing": PAIRING, "best_assisted_int8": best_assisted, "prompts": len(prompts),
+            "seeds": max((r.seed_index for r in rows), default=0) + 1,
+            "median_tau": {m: statistics.median(r.runs[m].tau for r in rows if m in r.runs) for m in methods},
+            "comparisons": comparisons}
