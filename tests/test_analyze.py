@@ -13,8 +13,9 @@ import torch
 
 from helpers import perturbed_copy, tiny_transformer
 from specbound.experiments import analyze as az
-from specbound.experiments import analyze_report, drafter_values, moments, oracle, report
-from specbound.experiments.llm import PromptContext
+from specbound.experiments import analyze_report, report
+from specbound.measure import drafter_values, moments, oracle
+from specbound.measure.llm import PromptContext
 from specbound.cli import main
 from specbound.decoding import DynamicTreeDrafter, SamplingConfig
 from specbound.decoding.sampling import logits_to_probs

@@ -13,7 +13,7 @@ from helpers import perturbed_copy, tiny_transformer
 from specbound.cli import main
 from specbound.errors import SpecboundError
 from specbound.experiments import analyze as az
-from specbound.experiments.journal import PartialResults
+from specbound.measure.journal import PartialResults
 from specbound.experiments.report import check_output_dir, from_jsonable, to_jsonable
 from specbound.models.hf import HFModel
 
@@ -119,7 +119,7 @@ def test_analyze_set_resumes_from_partial_results(pair, tmp_path, monkeypatch):
     # interrupted run: the last unit's line is torn; resuming measures only that unit again
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
-    from specbound.experiments import drafter_values, moments, oracle
+    from specbound.measure import drafter_values, moments, oracle
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a finished unit was measured again")

@@ -4,6 +4,10 @@
   runs the ``__init__`` of every package on the way that the importer is not already inside) must have
   no cycle — neither among module-level imports, nor once function-level imports are added: an import
   moved into a function to dodge a cycle is still a cycle (it just fails later, at call time).
+* Layers: the measurement layer ``specbound.measure`` sits below the product command
+  (``specbound.advise``) and the studies (``specbound.experiments``): it imports only ``theory``,
+  ``models``, ``decoding``, ``assets`` and ``errors`` (never the studies, ``advise`` or the command
+  line), and ``advise`` never reaches the studies — at module or function level.
 * At run time: every specbound module imports on its own in a fresh interpreter (each one with no
   other specbound module loaded), so no module depends on another having been imported first.
 """
@@ -130,7 +134,7 @@ def test_the_graph_sees_the_imports():
     graph = import_graph(include_function_level=True)
     assert len(MODULES) > 50
     assert "specbound.decoding.verify" in graph["specbound.decoding.engine"]
-    assert "specbound.experiments.report" in graph["specbound.experiments.journal"]
+    assert "specbound.measure.records" in graph["specbound.measure.journal"]
     # function-level: a command imports the study it runs inside its run()
     assert "specbound.experiments.analyze" in graph["specbound.cli.analyze"]
     assert "specbound.experiments.analyze" not in import_graph(include_function_level=False)["specbound.cli.analyze"]
@@ -170,3 +174,34 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     assert proc.returncode == 0, proc.stderr[-2000:]
     failed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert failed == {}, failed
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_measurement_layer_sits_below_advise_and_the_studies():
+    graph = import_graph(include_function_level=True)
+    measure = [m for m in MODULES if _under(m, "specbound.measure")]
+    assert "specbound.measure.oracle" in measure and "specbound.measure.journal" in measure
+    below = ("specbound.measure", "specbound.theory", "specbound.models", "specbound.decoding", "specbound.assets",
+             "specbound.errors")
+    for name in measure:                    # only the engine and the theory below it, never a layer above
+        bad = sorted(m for m in graph[name] if not any(_under(m, b) for b in below))
+        assert bad == [], f"{name} imports outside the layers below the measurements: {bad}"
+    assert not any(_under(m, "specbound.experiments") for name in measure for m in _reach(graph, name))
+    bad = sorted(m for m in _reach(graph, "specbound.advise") if _under(m, "specbound.experiments"))
+    assert bad == [], f"specbound.advise reaches the studies: {bad}"
+    assert "specbound.measure.oracle" in graph["specbound.advise"]        # module level, not hidden in a function
+    assert "specbound.measure.oracle" in import_graph(include_function_level=False)["specbound.advise"]

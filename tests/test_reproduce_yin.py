@@ -140,7 +140,7 @@ def test_missing_models_skip_the_llm_table_with_a_note(monkeypatch):
 
 
 def test_wilson_interval():
-    from specbound.experiments.stats import wilson_interval
+    from specbound.measure.stats import wilson_interval
 
     lo, hi = wilson_interval(8, 10)
     assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)

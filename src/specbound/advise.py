@@ -31,9 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decoding import DynamicTreeDrafter, SamplingConfig, autoregressive_decode, make_generator, speculative_decode
+from .decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from .decoding.costs import CostMeasurement, measure_costs
 from .errors import SpecboundError
+from .measure.drafter_values import dynamic_tree_values
+from .measure.moments import MomentSample, measure_moments
+from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .theory.bounds import speed_of_light as bound_on_accepted
 from .theory.speedup import CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup
 
@@ -139,15 +142,6 @@ def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> Ac
     return AcceptanceRun(out, texts, draft_seconds / max(draft_calls, 1))
 
 
-def _contexts_of(texts, n: int, seed: int) -> list[list[int]]:
-    """``n`` positions drawn uniformly from the generated part of ``texts`` (prompt + tokens so far):
-    at greedy, tree values are taken along the target's own greedy text, where decoding goes."""
-    spots = [(i, j) for i, (_, tokens) in enumerate(texts) for j in range(len(tokens))]
-    rng = np.random.default_rng(seed)
-    picks = rng.choice(len(spots), size=min(n, len(spots)), replace=False) if spots else []
-    return [texts[spots[p][0]][0] + texts[spots[p][0]][1][:spots[p][1]] for p in sorted(picks)]
-
-
 def _greedy_matches(draft, texts) -> list[np.ndarray]:
     """Per text: does the draft's arg-max equal the target's greedy token, position by position?
     One teacher-forced draft read per text (the draft sees exactly the prefixes a greedy chain
@@ -165,40 +159,6 @@ def _greedy_matches(draft, texts) -> list[np.ndarray]:
     return out
 
 
-def _dynamic_tree_values(target, draft, contexts, capacities, sampling, seed):
-    """Mean exact E[X | T_dyn(P)] and mean level widths of the dynamic tree for every P, at ``contexts``."""
-    from .experiments.llm import PromptContext, tree_laws
-
-    pmax = max(capacities)
-    values = np.zeros((len(contexts), len(capacities)))
-    widths = [np.zeros(pmax + 1) for _ in capacities]     # nodes per depth of T(P)
-    t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
-    rank = SamplingConfig(1.0, sampling.top_k, sampling.top_p) if sampling.greedy else sampling
-    for c, context in enumerate(contexts):
-        t_ctx.set(context)
-        d_ctx.set(context)
-        drafter = DynamicTreeDrafter(draft, rank, pmax)
-        try:
-            tree = drafter.propose(context, pmax, make_generator(seed + c))
-        finally:
-            drafter.cache.restore()
-        tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
-        laws = tree_laws(target, context, tokens, parents, sampling)
-        probs: list[float] = []
-        for tok, parent in zip(tokens, parents):
-            probs.append((1.0 if parent < 0 else probs[parent]) * float(laws[parent + 1][tok]))
-        order = sorted(range(len(tokens)), key=lambda i: (-drafter.last_scores[i], depths[i], i))   # best-first
-        running = np.cumsum([probs[i] for i in order]) if order else np.zeros(0)
-        for j, P in enumerate(capacities):
-            n = min(P, len(order))
-            values[c, j] = running[n - 1] if n else 0.0
-            for i in order[:n]:
-                widths[j][depths[i]] += 1
-    target.reset()
-    draft.reset()
-    return values.mean(axis=0), [w / max(len(contexts), 1) for w in widths]
-
-
 def _tree_draft_seconds(widths: np.ndarray, draft_cost: CostProfile) -> float:
     """One draft read for the root, then one per depth over the nodes of that depth that have children
     (the level-batched drafter reads depth d to expand it; the deepest level is not read)."""
@@ -208,15 +168,12 @@ def _tree_draft_seconds(widths: np.ndarray, draft_cost: CostProfile) -> float:
 
 def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, progress=None) -> Advice:
     """Measure everything and predict every setting (see the module docstring)."""
-    from .experiments.moments import measure_moments
-    from .experiments.oracle import choose_positions, oracle_values
-
     t0 = time.perf_counter()
     costs: CostMeasurement = measure_costs(target, draft, repeats=config.repeats)
     verify_cost, draft_cost = costs.target, costs.draft
     moments = measure_moments(target, prompt_ids, config.tokens, 1.0, seed=config.seed, progress=progress)
     positions = choose_positions(moments.samples, config.positions)
-    contexts = [list(moments.samples[i].prompt) + list(moments.samples[i].tokens[:j]) for i, j in positions]
+    contexts = contexts_at(moments.samples, positions)
     mu, mu2 = moments.estimate.mu, moments.estimate.mu2
     modes = {}
     for mode in config.modes:
@@ -234,8 +191,12 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             seconds = run.draft_seconds_per_call * g      # a draft forward as it costs inside a running chain
             chain[g] = Setting("chain", g, tau, seconds, g + 1,
                                float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
-        where = _contexts_of(run.texts, len(contexts), config.seed) if sampling.greedy else contexts
-        values, widths = _dynamic_tree_values(target, draft, where, CAPACITIES, sampling, config.seed)
+        if sampling.greedy:      # along the target's own greedy texts, where greedy decoding goes
+            texts = [MomentSample(prompt, tokens) for prompt, tokens in run.texts]
+            where = contexts_at(texts, choose_positions(texts, len(contexts), spread="random", seed=config.seed))
+        else:                    # at the oracle's positions of the target's samples
+            where = contexts
+        values, widths = dynamic_tree_values(target, draft, where, CAPACITIES, sampling, config.seed)
         tree = {}
         for j, P in enumerate(CAPACITIES):
             seconds = _tree_draft_seconds(widths[j], draft_cost)

@@ -83,7 +83,7 @@ def _advise(args, config, calibration, check, out) -> int:
     from ..export import export_all, to_llamacpp_server
     from ..models.loading import load_engine_pair
     from ..experiments.advise_report import write_advice
-    from ..experiments.llm import encode_prompts
+    from ..measure.llm import encode_prompts
     from ..experiments.report import progress_bar
 
     console = Console(stderr=True)

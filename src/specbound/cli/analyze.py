@@ -59,7 +59,7 @@ def run(args) -> int:
     from ..models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, load_model
     from ..experiments.analyze import analyze_set
     from ..experiments.analyze_report import write_report
-    from ..experiments.journal import PARTIAL_NAME, PartialResults
+    from ..measure.journal import PARTIAL_NAME, PartialResults
     from ..experiments.report import check_output_dir, to_jsonable
 
     positive_threads(args)

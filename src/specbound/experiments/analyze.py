@@ -25,11 +25,11 @@ import torch
 from ..errors import SpecboundError
 from ..theory.bounds import BOUND_FORMS, bound_all_forms, bound_is_valid
 from ..theory.speedup import CostProfile
-from .drafter_values import DrafterRuns, DrafterValues, drafter_runs, drafter_values, measure_target_costs
-from .journal import PartialResults, no_journal
-from .llm import encode_prompts
-from .moments import MomentSample, Moments, measure_moments
-from .oracle import OracleSD, OracleValues, oracle_sd, oracle_values
+from ..measure.drafter_values import DrafterRuns, DrafterValues, drafter_runs, drafter_values, measure_target_costs
+from ..measure.journal import PartialResults, no_journal
+from ..measure.llm import encode_prompts
+from ..measure.moments import MomentSample, Moments, measure_moments
+from ..measure.oracle import OracleSD, OracleValues, oracle_sd, oracle_values
 from .report import omitted_if_none, progress_bar
 
 __all__ = ["AnalyzeConfig", "Costs", "SetAnalysis", "SpeedupRow", "Speedups", "TightestBound", "analyze_set",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ..theory.bounds import BOUND_FORMS, bound_is_valid
 from .analyze import SetAnalysis
-from .drafter_values import EXACT_KINDS
+from ..measure.drafter_values import EXACT_KINDS
 from .report import fmt, markdown_to_html, md_table, pm, to_jsonable, write_json, write_text
 
 __all__ = ["drafter_cost_table", "per_p_table", "set_report_markdown", "speedup_table", "write_report"]

@@ -21,11 +21,11 @@ import numpy as np
 from ..theory.bounds import entropy_moments, speed_of_light
 from ..theory.trees import optimal_tree
 from .analyze import AnalyzeConfig, SetAnalysis, analyze_set
-from .journal import PartialResults, no_journal
-from .llm import encode_prompts
-from .moments import Moments, measure_moments
+from ..measure.journal import PartialResults, no_journal
+from ..measure.llm import encode_prompts
+from ..measure.moments import Moments, measure_moments
 from .report import omitted_if_none, progress_bar
-from .stats import fit_log_slope
+from ..measure.stats import fit_log_slope
 
 __all__ = ["IDENTICAL_CASES", "LLMStudy", "MomentRow", "PankratovResult", "SETS", "SyntheticCase",
            "SyntheticChecks", "identical_environment_case", "llm_configs", "moment_row", "moments_table",
@@ -318,7 +318,7 @@ def augment(result: PankratovResult, progress: bool = True, log=print) -> Pankra
     from ..assets.prompts import load_prompts
     from ..errors import SpecboundError
     from ..models.loading import load_model
-    from .drafter_values import drafter_values
+    from ..measure.drafter_values import drafter_values
 
     if result.llm is None:
         raise SpecboundError("the results in --out have no LLM part to augment")

@@ -4,14 +4,15 @@ progress bars and output directories. Nothing here measures or computes theory.
 * formatting: :func:`fmt`, :func:`pm` and pipe tables (:func:`md_table`);
 * :func:`markdown_to_html`: the small markdown subset the reports use;
 * JSON: :func:`to_jsonable` (the one converter: dataclasses, NumPy, non-finite → null, int keys →
-  strings) and :func:`from_jsonable` (back to the typed results, int keys restored);
+  strings) and :func:`from_jsonable` (back to the typed results, int keys restored) — they live in
+  :mod:`specbound.measure.records` (the journal needs them below the studies) and are re-exported here;
 * files: :func:`check_output_dir` (BEFORE measuring), :func:`write_json`, :func:`write_text`
   (atomic), :func:`save_figure`;
-* progress: :func:`progress_bar` (rich, on stderr), :class:`Stage`, :func:`note`.
+* progress: :func:`progress_bar` (rich, on stderr), :class:`Stage` (from :mod:`specbound.measure.records`),
+  :func:`note`.
 """
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 import math
@@ -20,13 +21,12 @@ import re
 import sys
 import tempfile
 import time
-import types
-import typing
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import SpecboundError
+from ..measure.records import Stage, from_jsonable, omitted_if_none, to_jsonable
 
 __all__ = [
     "Stage", "check_output_dir", "fmt", "from_jsonable", "markdown_to_html", "md_table", "note", "omitted_if_none",
@@ -127,125 +127,6 @@ def markdown_to_html(md: str, title: str = "specbound report") -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
-# JSON: typed results out and back in
-# ---------------------------------------------------------------------------------------------------
-def omitted_if_none(default=None):
-    """A dataclass field left out of the JSON while it is None (absent = not measured)."""
-    return dataclasses.field(default=default, metadata={"omit_if_none": True})
-
-
-def to_jsonable(obj):
-    """JSON-safe copy of a result: dataclasses → dicts of their fields (fields marked
-    :func:`omitted_if_none` are left out while None), dict keys → strings, tuples → lists, NumPy →
-    Python, NaN/±inf → None, paths → strings."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {}
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if value is None and f.metadata.get("omit_if_none"):
-                continue
-            out[f.name] = to_jsonable(value)
-        return out
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        value = float(obj)
-        return value if math.isfinite(value) else None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
-def _union_args(tp):
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return typing.get_args(tp)
-    return None
-
-
-def from_jsonable(tp, data, where: str = "result"):
-    """Rebuild a value of type ``tp`` (a dataclass, ``dict[int, X]``, ``list[X]``, ``X | None``, …)
-    from :func:`to_jsonable` output. Unknown keys are ignored and missing fields keep their
-    defaults, so results written by older versions still load; a wrong shape raises
-    :class:`SpecboundError` naming where."""
-    if tp is typing.Any or tp is object:
-        return data
-    union = _union_args(tp)
-    if union is not None:
-        if data is None and type(None) in union:
-            return None
-        options = [t for t in union if t is not type(None)]
-        errors = []
-        for option in options:
-            try:
-                return from_jsonable(option, data, where)
-            except (SpecboundError, TypeError, ValueError) as exc:
-                errors.append(str(exc))
-        raise SpecboundError(f"{where}: {data!r:.80} matches none of {options} ({'; '.join(errors)})")
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise SpecboundError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
-        hints = typing.get_type_hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if not f.init:
-                continue
-            if f.name in data:
-                kwargs[f.name] = from_jsonable(hints[f.name], data[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise SpecboundError(f"{where}: missing field {f.name!r} of {tp.__name__}")
-        return tp(**kwargs)
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is dict:
-        if not isinstance(data, dict):
-            raise SpecboundError(f"{where}: expected an object, got {type(data).__name__}")
-        key_type, value_type = args or (str, typing.Any)
-        out = {}
-        for k, v in data.items():
-            try:
-                key = key_type(k)
-            except (TypeError, ValueError):
-                raise SpecboundError(f"{where}: key {k!r} is not a {key_type.__name__}") from None
-            out[key] = from_jsonable(value_type, v, f"{where}[{k}]")
-        return out
-    if origin in (list, tuple):
-        if not isinstance(data, list):
-            raise SpecboundError(f"{where}: expected a list, got {type(data).__name__}")
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            return tuple(from_jsonable(t, v, f"{where}[{i}]") for i, (t, v) in enumerate(zip(args, data)))
-        item = args[0] if args else typing.Any
-        values = [from_jsonable(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
-        return tuple(values) if origin is tuple else values
-    if tp is float:
-        if data is None:
-            return float("nan")
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            raise SpecboundError(f"{where}: expected a number, got {data!r:.40}")
-        return float(data)
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise SpecboundError(f"{where}: expected an integer, got {data!r:.40}")
-        return data
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise SpecboundError(f"{where}: expected true/false, got {data!r:.40}")
-        return data
-    if tp is str:
-        if not isinstance(data, str):
-            raise SpecboundError(f"{where}: expected a string, got {data!r:.40}")
-        return data
-    return data
-
-
-# ---------------------------------------------------------------------------------------------------
 # files
 # ---------------------------------------------------------------------------------------------------
 def check_output_dir(path) -> Path:
@@ -305,18 +186,6 @@ def progress_bar(enabled: bool = True, console=None):
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TimeRemainingColumn(), console=console or Console(stderr=True), disable=not enabled,
                     transient=False)
-
-
-class Stage:
-    """One task of a progress display; works without one (``progress=None``)."""
-
-    def __init__(self, progress, description: str, total: int):
-        self.progress = progress
-        self.task = progress.add_task(description, total=total) if progress is not None else None
-
-    def advance(self, n: int = 1) -> None:
-        if self.progress is not None:
-            self.progress.advance(self.task, n)
 
 
 def note(message: str) -> None:

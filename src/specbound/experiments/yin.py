@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .report import Stage, omitted_if_none
-from .stats import mean_se, running_checkpoints, z_score
+from ..measure.stats import mean_se, running_checkpoints, z_score
 
 __all__ = ["BERNOULLI_PAIRS", "PAPER", "Settings", "UNIFORM_PAIRS", "Fig2", "Fig3", "fig2_chain", "run_fig2",
            "run_fig3"]
@@ -182,7 +182,7 @@ def engine_rejections(target, draft, horizon: int, drafts: int, design: str, run
     (``DecodeMetrics.rejections``: rounds that ended at a rejected drafted token)."""
     from ..decoding import speculative_decode
     from ..models import ChainModel
-    from .llm import torch_threads
+    from ..measure.llm import torch_threads
 
     target_model, draft_model = ChainModel(target, "target-chain"), ChainModel(draft, "draft-chain")
     rng = np.random.default_rng([seed, 77, drafts, ord(design)])

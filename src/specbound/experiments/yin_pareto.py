@@ -74,7 +74,7 @@ def core_one_step_mc(draft, target, eps: float, form: str, rows: int, seed: int)
 
     from ..decoding import DecodingOPT, DecodingUNO, make_generator
     from ..theory.distributions import tv
-    from .llm import torch_threads
+    from ..measure.llm import torch_threads
 
     out = {}
     vocab = len(draft)

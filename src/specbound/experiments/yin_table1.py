@@ -19,10 +19,10 @@ import numpy as np
 
 from ..decoding import SamplingConfig, speculative_decode
 from ..theory.tradeoff import minimal_bias, over_acceptance, uno_bias
-from .journal import PartialResults, no_journal
-from .llm import default_pair_status, laws_along, score_responses, torch_threads, truncate_at_stop
+from ..measure.journal import PartialResults, no_journal
+from ..measure.llm import default_pair_status, laws_along, score_responses, torch_threads, truncate_at_stop
 from .report import Stage, note
-from .stats import mean_se, ratio_se, wilson_interval
+from ..measure.stats import mean_se, ratio_se, wilson_interval
 from .yin import Settings
 
 __all__ = ["Calibration", "Generation", "Table1", "Table1Row", "measure_table1", "run_table1"]

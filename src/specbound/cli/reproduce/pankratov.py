@@ -27,8 +27,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ...experiments.journal import PARTIAL_NAME, PartialResults
-    from ...experiments.llm import default_pair_status
+    from ...measure.journal import PARTIAL_NAME, PartialResults
+    from ...measure.llm import default_pair_status
     from ...experiments.pankratov import PankratovResult, augment, llm_configs, run_llm, synthetic_checks
     from ...experiments.pankratov_report import render
     from ...experiments.report import check_output_dir, from_jsonable, to_jsonable

@@ -68,7 +68,7 @@ def run(args) -> int:
     import torch
     from rich.console import Console
 
-    from ...experiments.journal import PARTIAL_NAME, PartialResults
+    from ...measure.journal import PARTIAL_NAME, PartialResults
     from ...experiments.report import check_output_dir, progress_bar, to_jsonable
     from ...experiments.yin import QUICK_TOTAL_SECONDS, run_fig2, run_fig3
     from ...experiments.yin_pareto import run_fig4

@@ -1,8 +1,11 @@
 """The real drafters against the oracle (Pankratov & Alistarh 2026, §2 and Fig. 2 in kind).
 
-* :func:`drafter_values` — exact E[X | drafted tree] at the oracle's positions, every P ≤ P_max, for
-  the engine's dynamic tree drafter (deterministic: running sums of p_target(v) in best-first
-  order) and its sampled-chain drafter (acceptance coins integrated out);
+* :func:`drafter_values_at` — the one computation: exact E[X | drafted tree] at one context, every
+  P ≤ P_max, for the engine's dynamic tree drafter (deterministic: running sums of p_target(v) in
+  best-first order) and its sampled-chain drafter (acceptance coins integrated out);
+* :func:`drafter_values` — that at the oracle's positions, journalled (the studies);
+* :func:`dynamic_tree_values` — the dynamic tree's mean value and level widths at given contexts
+  (``specbound advise``);
 * :func:`drafter_runs` — τ(P), tokens per target call, of tree SD with a real drafter, through
   :func:`~specbound.decoding.speculative_decode`;
 * :func:`measure_target_costs` — t(k), seconds of a target pass over k new tokens.
@@ -22,10 +25,11 @@ from ..theory.speedup import CostProfile
 from .journal import PartialResults, no_journal
 from .llm import PromptContext, tree_laws
 from .moments import MomentSample
-from .report import Stage
+from .oracle import contexts_at
+from .records import Stage
 
 __all__ = ["DrafterExact", "DrafterRun", "DrafterRuns", "DrafterValues", "ExactAt", "drafter_runs",
-           "drafter_values", "drafter_values_at", "measure_target_costs"]
+           "drafter_values", "drafter_values_at", "dynamic_tree_values", "measure_target_costs"]
 
 EXACT_KINDS = ("dynamic", "chain")
 
@@ -37,10 +41,12 @@ class ExactAt:
     running: list[float]
     draft_seconds: float
     draft_calls: int
+    depths: list[int] = field(default_factory=list)     # depth of each node, same order as ``running``
 
 
 def drafter_values_at(target, draft, context: list[int], capacity: int, config: SamplingConfig,
-                      generator: torch.Generator) -> dict[str, ExactAt]:
+                      generator: torch.Generator, kinds=EXACT_KINDS,
+                      rank: SamplingConfig | None = None) -> dict[str, ExactAt]:
     """Exact conditional expected accepted lengths of the real drafters at one context, for every
     P ≤ ``capacity`` (both caches must hold a prefix of ``context``; their lengths are restored).
 
@@ -50,10 +56,21 @@ def drafter_values_at(target, draft, context: list[int], capacity: int, config: 
     * chain (sampled, rejection-verified): one chain of ``capacity`` tokens sampled from the draft;
       its first n tokens are a chain of length n, and given the drafted tokens the expected accepted
       length is Σ_{k≤n} Π_{i≤k} min(1, target_i(x_i)/draft_i(x_i)) (Leviathan et al. 2023).
+
+    ``kinds`` picks the drafters (a subset of ``("dynamic", "chain")``); ``rank`` is the sampling the
+    dynamic tree is built with (default ``config``; the target's laws always use ``config``).
     """
     out = {}
     before = draft.cache_length
-    dyn = DynamicTreeDrafter(draft, config, capacity)
+    if "dynamic" in kinds:
+        out["dynamic"] = _dynamic_at(target, draft, context, capacity, config, generator, rank or config, before)
+    if "chain" in kinds:
+        out["chain"] = _chain_at(target, draft, context, capacity, config, generator, before)
+    return out
+
+
+def _dynamic_at(target, draft, context, capacity, config, generator, rank, before) -> ExactAt:
+    dyn = DynamicTreeDrafter(draft, rank, capacity)
     t0 = time.perf_counter()
     try:
         tree = dyn.propose(context, capacity, generator)
@@ -68,8 +85,11 @@ def drafter_values_at(target, draft, context: list[int], capacity: int, config: 
         probs.append((1.0 if parent < 0 else probs[parent]) * float(laws[parent + 1][tok]))
     depths = tree.depths.tolist()
     order = sorted(range(len(tokens)), key=lambda i: (-dyn.last_scores[i], depths[i], i))   # best-first
-    out["dynamic"] = ExactAt(np.cumsum([probs[i] for i in order]).tolist(), seconds, tree.draft_calls)
+    return ExactAt(np.cumsum([probs[i] for i in order]).tolist(), seconds, tree.draft_calls,
+                   [depths[i] for i in order])
 
+
+def _chain_at(target, draft, context, capacity, config, generator, before) -> ExactAt:
     chain = SampledTreeDrafter(draft, config, capacity, branching=(1,))
     t0 = time.perf_counter()
     try:
@@ -83,8 +103,36 @@ def drafter_values_at(target, draft, context: list[int], capacity: int, config: 
     q = drafted.draft_probs.to(torch.float64).numpy()
     ratio = [min(1.0, float(laws[i][tok]) / float(q[i][tok])) if q[i][tok] > 0 else 0.0
              for i, tok in enumerate(tokens)]                 # node i's law is row i (root: row 0)
-    out["chain"] = ExactAt(np.cumsum(np.cumprod(ratio)).tolist(), seconds, drafted.draft_calls)
-    return out
+    return ExactAt(np.cumsum(np.cumprod(ratio)).tolist(), seconds, drafted.draft_calls,
+                   list(range(1, len(tokens) + 1)))
+
+
+def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sampling: SamplingConfig,
+                        seed: int = 0) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Mean exact E[X | T_dyn(P)] over ``contexts`` for every P in ``capacities`` and the mean level
+    widths of T_dyn(P) (``widths[j][d]``: nodes at depth d of the tree of capacity ``capacities[j]``),
+    by :func:`drafter_values_at` at each context (generator ``seed + c`` at context c). At greedy the
+    tree is ranked by the draft's temperature-1 law (a one-hot law ranks no alternatives) while the
+    target's laws stay greedy."""
+    caps = [int(c) for c in capacities]
+    pmax = max(caps)
+    values = np.zeros((len(contexts), len(caps)))
+    widths = [np.zeros(pmax + 1) for _ in caps]
+    t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
+    rank = SamplingConfig(1.0, sampling.top_k, sampling.top_p) if sampling.greedy else sampling
+    for c, context in enumerate(contexts):
+        t_ctx.set(context)
+        d_ctx.set(context)
+        at = drafter_values_at(target, draft, context, pmax, sampling, make_generator(seed + c), kinds=("dynamic",),
+                               rank=rank)["dynamic"]
+        for j, P in enumerate(caps):
+            n = min(P, len(at.running))
+            values[c, j] = at.running[n - 1] if n else 0.0
+            for d in at.depths[:n]:
+                widths[j][d] += 1
+    target.reset()
+    draft.reset()
+    return values.mean(axis=0), [w / max(len(contexts), 1) for w in widths]
 
 
 @dataclass
@@ -128,7 +176,7 @@ def drafter_values(target, draft, samples: list[MomentSample], positions: list[t
     t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
 
     def measure(k: int, i: int, j: int) -> dict[str, ExactAt]:
-        context = list(samples[i].prompt) + list(samples[i].tokens[:j])
+        context = contexts_at(samples, [(i, j)])[0]
         t_ctx.set(context)
         d_ctx.set(context)
         return drafter_values_at(target, draft, context, pmax, config, make_generator(seed + 31 * k))

@@ -19,7 +19,7 @@ from ..errors import SpecboundError
 from ..models.tokens import stop_token_ids
 from ..theory.bounds import estimate_moments
 from .journal import PartialResults, no_journal
-from .report import Stage
+from .records import Stage
 from .stats import mean_se
 
 __all__ = ["MomentSample", "Moments", "MomentsMeasurement", "aggregate_moments", "measure_moments",

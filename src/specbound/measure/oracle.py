@@ -1,5 +1,7 @@
 """The oracle: the target drafts its own optimal tree T*(P) (Pankratov & Alistarh 2026, §1–§2).
 
+* :func:`choose_positions`, :func:`contexts_at` — where to measure (evenly spaced or drawn at
+  random over the generated positions of a set of texts) and the contexts there;
 * :func:`oracle_values` — exact E[X | T*(P)] at positions of the target's own samples: one T*(P_max)
   per position built by :func:`specbound.theory.optimal_tree` over the target's laws read in
   batches (:class:`~specbound.decoding.TargetLaws`); the best-first order is nested, so the running
@@ -21,11 +23,11 @@ from ..theory.trees import DraftTree, optimal_tree
 from .journal import PartialResults, no_journal
 from .llm import PromptContext
 from .moments import MomentSample
-from .report import Stage
+from .records import Stage
 from .stats import mean_se
 
 __all__ = ["OraclePosition", "OracleSD", "OracleSDRow", "OracleValues", "SDRun", "TreeRead", "choose_positions",
-           "oracle_sd", "oracle_tree_at", "oracle_values"]
+           "contexts_at", "oracle_sd", "oracle_tree_at", "oracle_values"]
 
 
 @dataclass
@@ -95,15 +97,31 @@ def oracle_tree_at(model, context: list[int], capacity: int, temperature: float 
     return tree, TreeRead(laws.reads, len(laws.laws), time.perf_counter() - t0, root_H, float(root.max()), tree.depth)
 
 
-def choose_positions(samples: list[MomentSample], n: int) -> list[tuple[int, int]]:
-    """``n`` (sample index, generated position) pairs spread evenly over all generated positions."""
+def choose_positions(samples, n: int, spread: str = "even", seed: int = 0) -> list[tuple[int, int]]:
+    """``n`` (sample index, generated position) pairs over all generated positions of ``samples``
+    (anything with ``.tokens``: :class:`MomentSample`, the target's sampled or greedy texts), sorted.
+
+    ``spread="even"``: evenly spaced (the oracle's positions, deterministic); ``spread="random"``:
+    drawn uniformly without replacement with ``numpy.random.default_rng(seed)`` (``advise`` at greedy:
+    tree values taken along the target's own greedy texts, where decoding goes).
+    """
+    if spread not in ("even", "random"):
+        raise ValueError(f"spread must be 'even' or 'random', got {spread!r}")
     flat = [(i, j) for i, s in enumerate(samples) for j in range(len(s.tokens))]
     if not flat or n <= 0:
         return []
+    if spread == "random":
+        picks = np.random.default_rng(seed).choice(len(flat), size=min(n, len(flat)), replace=False)
+        return [flat[k] for k in sorted(picks)]
     if n >= len(flat):
         return flat
     idx = np.unique(np.round(np.linspace(0, len(flat) - 1, n)).astype(int))
     return [flat[k] for k in idx]
+
+
+def contexts_at(samples, positions: list[tuple[int, int]]) -> list[list[int]]:
+    """The context before each (sample, position): the sample's prompt plus its tokens so far."""
+    return [list(samples[i].prompt) + list(samples[i].tokens[:j]) for i, j in positions]
 
 
 def _at_capacities(running: np.ndarray, capacities) -> list[float]:
@@ -125,7 +143,7 @@ def oracle_values(model, samples: list[MomentSample], capacities, positions_want
 
     def measure(i: int, j: int) -> _OracleUnit:
         s = samples[i]
-        context = list(s.prompt) + list(s.tokens[:j])
+        context = contexts_at(samples, [(i, j)])[0]
         ctx.set(context)
         tree, read = oracle_tree_at(model, context, pmax, width=width, config=config)
         running = np.cumsum(np.asarray(tree.path_probs, dtype=np.float64))
