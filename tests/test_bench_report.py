@@ -11,7 +11,7 @@ from specbound.experiments.bench import BENCH_METHODS, LLAMACPP_METHODS, BenchCo
 
 TORCH_METHODS = tuple(m for m in BENCH_METHODS if m not in LLAMACPP_METHODS)
 from specbound.experiments.bench_report import bench_markdown
-from specbound.experiments.journal import PartialResults
+from specbound.measure.journal import PartialResults
 from specbound.experiments.report import from_jsonable, to_jsonable
 from specbound.models.int8 import quantize_int8
 from specbound.models.hf import HFModel

@@ -12,7 +12,7 @@ from specbound.experiments import bench
 from specbound.experiments.bench import (BenchConfig, BenchResult, BenchRow, MethodRun, _pooled_log_ratio,
                                          _ratio_of_means, paired_summary, run_bench, summarise)
 from specbound.experiments.bench_report import bench_markdown
-from specbound.experiments.journal import PartialResults
+from specbound.measure.journal import PartialResults
 from specbound.experiments.report import from_jsonable, to_jsonable
 
 

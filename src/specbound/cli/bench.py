@@ -110,7 +110,7 @@ def _bench(args, config, prompts, out) -> int:
     from ..models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
     from ..experiments.bench import run_bench
     from ..experiments.bench_report import bench_markdown
-    from ..experiments.journal import PARTIAL_NAME, PartialResults
+    from ..measure.journal import PARTIAL_NAME, PartialResults
     from ..experiments.report import to_jsonable, write_json, write_text
 
     console = Console(stderr=True)

@@ -16,7 +16,6 @@ module                 responsibility
 ``yin_table1``         ``reproduce yin``: Table 1 in kind (Decoding-OPT vs -UNO, real pair)
 ``*_report``           the markdown/HTML/PNG/JSON of each study
 ``report``             shared formatting, markdown → HTML, JSON in/out, files, progress
-``journal``            old name of :mod:`specbound.measure.journal` (kept for ``bench``)
 ``plots``              the figures
 ``bench``              ``specbound bench`` (specbound vs HF generate / assisted)
 ``verify_cost``        ``specbound bench --verify-cost``
