@@ -80,8 +80,8 @@ def report_markdown(result: PankratovResult) -> str:
              f"Generated {result.finished} in {result.seconds:.0f} s ({'quick' if result.quick else 'full'} mode). "
              "Natural logs (nats) throughout; X = accepted draft tokens per target call (bonus token not counted); "
              "τ = tokens per target call = speed-up under the paper's constant-time model. μ₂ is E[Y²] = "
-             "E[Σ p ln² p] (note §3.1 'strong inference'); E[H²] is listed for the other reading. None of the "
-             "paper's numbers are available: everything below is re-measured.", ""]
+             "E[Σ p ln² p] (docs/paper-notes.md, Pankratov §3.1: the strong inference); E[H²] is listed for "
+             "the other reading. None of the paper's numbers are available: everything below is re-measured.", ""]
     if result.augmented:
         lines += [f"Exact per-position drafter values were added afterwards (`--augment`, {result.augmented.finished}, "
                   f"{result.augmented.seconds:.0f} s) on the same prompts, samples and oracle positions.", ""]
