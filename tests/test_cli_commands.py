@@ -56,17 +56,6 @@ def test_the_specbound_script_and_python_m_run_the_same_main():
     assert done.returncode == 0 and "usage: specbound theory" in done.stdout
 
 
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    from specbound.models import loading
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the arguments were checked")
-
-    for name in ("load_pair", "load_model", "load_engine_pair"):
-        monkeypatch.setattr(loading, name, refuse)
-
-
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--temperature", "-1"], "temperature"),
     (["theory", "--drafts", "0"], "--drafts values must be in [1, 100000]"),

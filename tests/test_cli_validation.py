@@ -14,17 +14,6 @@ import pytest
 from specbound.cli import main
 
 
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    from specbound.models import loading
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the arguments were checked")
-
-    for name in ("load_pair", "load_model", "load_engine_pair"):
-        monkeypatch.setattr(loading, name, refuse)
-
-
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--gamma", "0"], "--gamma must be an integer >= 1"),
     (["generate", "--gamma", "-3"], "--gamma must be an integer >= 1"),

@@ -69,15 +69,20 @@ def drafter_values_at(target, draft, context: list[int], capacity: int, config: 
     return out
 
 
-def _dynamic_at(target, draft, context, capacity, config, generator, rank, before) -> ExactAt:
-    dyn = DynamicTreeDrafter(draft, rank, capacity)
+def _propose_once(drafter, draft, context, capacity, generator, before):
+    """One proposal at ``context`` and its seconds; the draft's cache is left as it was found."""
     t0 = time.perf_counter()
     try:
-        tree = dyn.propose(context, capacity, generator)
+        tree = drafter.propose(context, capacity, generator)
     finally:
-        dyn.cache.restore()
+        drafter.cache.restore()
         draft.crop(min(before, draft.cache_length))
-    seconds = time.perf_counter() - t0
+    return tree, time.perf_counter() - t0
+
+
+def _dynamic_at(target, draft, context, capacity, config, generator, rank, before) -> ExactAt:
+    dyn = DynamicTreeDrafter(draft, rank, capacity)
+    tree, seconds = _propose_once(dyn, draft, context, capacity, generator, before)
     tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
     laws = tree_laws(target, context, tokens, parents, config)
     probs: list[float] = []
@@ -91,13 +96,7 @@ def _dynamic_at(target, draft, context, capacity, config, generator, rank, befor
 
 def _chain_at(target, draft, context, capacity, config, generator, before) -> ExactAt:
     chain = SampledTreeDrafter(draft, config, capacity, branching=(1,))
-    t0 = time.perf_counter()
-    try:
-        drafted = chain.propose(context, capacity, generator)
-    finally:
-        chain.cache.restore()
-        draft.crop(min(before, draft.cache_length))
-    seconds = time.perf_counter() - t0
+    drafted, seconds = _propose_once(chain, draft, context, capacity, generator, before)
     tokens = drafted.tokens.tolist()
     laws = tree_laws(target, context, tokens, drafted.parents.tolist(), config)
     q = drafted.draft_probs.to(torch.float64).numpy()
