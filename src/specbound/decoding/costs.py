@@ -271,9 +271,10 @@ class CostModel:
         off = self.target.disagreement()
         if not self.stale and off is not None and off > self.stale_tolerance:
             self.stale = True
-            warnings.warn(f"the {self.measurement.source} cost profile disagrees with this run by {off:.0%} (median): "
-                          "decoding follows the run's own measurements, and the cached profile is replaced by them "
-                          "at the end of the run", stacklevel=3)
+            then = (", and the cached profile is replaced by them at the end of the run" if self.measurement.key
+                    else "")
+            warnings.warn(f"the cost profile ({self.measurement.source}) disagrees with this run by {off:.0%} "
+                          f"(median): decoding follows the run's own measurements{then}", stacklevel=3)
 
     def persist(self) -> None:
         """At the end of a run whose calibration proved stale: replace the cached entry by the

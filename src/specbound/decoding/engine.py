@@ -77,7 +77,7 @@ class Speculator:
 
     def __init__(self, target: LanguageModel, drafter: Drafter, sampling: SamplingConfig | None = None,
                  rule: AcceptanceRule | BlockVerification = STANDARD, stop_tokens=(),
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, stop=None):
         if not isinstance(target, LanguageModel):
             raise SpecboundError(f"target must be a LanguageModel, got {type(target).__name__}")
         if not isinstance(drafter, Drafter):
@@ -96,6 +96,7 @@ class Speculator:
         self.rule = rule
         self.stop_tokens = {int(t) for t in (stop_tokens or ())}
         self.generator = generator if generator is not None else make_generator(None)
+        self.stop = stop               # a threading.Event: set = stop as at Ctrl-C (batched decoding)
 
     # ---------------------------------------------------------------- one target pass
     def score(self, committed: list[int], tree: DraftTree, remaining: int):
@@ -146,7 +147,7 @@ class Speculator:
         max_new_tokens = check_budget(max_new_tokens)
         prompt_ids = as_token_batch(prompt, self.target.vocab_size)
         if prompt_ids.shape[0] != 1:
-            raise SpecboundError("speculative decoding decodes one prompt at a time (batch 1)")
+            raise SpecboundError("a Speculator decodes one prompt; give several to speculative_decode_batch")
         prompt = prompt_ids[0].tolist()
         limit = self.target.info.max_positions
         if limit is not None and len(prompt) + max_new_tokens - 1 > limit:   # the last token is never read
@@ -175,6 +176,8 @@ class Speculator:
             start += metrics.calibration_time           # one-time set-up: reported apart, not in total_time
             metrics.prefill_time = time.perf_counter() - start
             while len(committed) < end:
+                if self.stop is not None and self.stop.is_set():
+                    raise KeyboardInterrupt
                 before = len(committed)
                 verdict = self._round(committed, end - before, metrics, rounds)
                 if self.stop_tokens:

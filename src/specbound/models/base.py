@@ -20,6 +20,7 @@ exact Markov chains).
 """
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -225,11 +226,29 @@ class LanguageModel(ABC):
     def supports_trees(self) -> bool:
         return type(self).forward_tree is not LanguageModel.forward_tree
 
+    def fork(self) -> "LanguageModel":
+        """A new *row* for batched decoding: the same weights (shared, not copied) behind a cache of its
+        own, empty. Backends whose rows can also share one forward pass say so in their ``fork``
+        (``models/static.py``); the others decode a batch's rows one after another."""
+        raise SpecboundError(f"{self.name} ({self.info.backend} backend) cannot decode several requests at once: "
+                             "it has no row of its own to give each request")
+
+    @property
+    def supports_batches(self) -> bool:
+        return type(self).fork is not LanguageModel.fork
+
 
 class SlotCacheModel(LanguageModel):
     """A backend whose cache bookkeeping is a :class:`CacheTree` in ``self.slots``."""
 
     slots: CacheTree
+
+    def fork(self) -> "SlotCacheModel":
+        """A new row sharing everything but the cache (see :meth:`LanguageModel.fork`); backends that
+        hold more per-cache state than ``reset`` rebuilds override this."""
+        row = copy.copy(self)
+        row.reset()
+        return row
 
     def check_tokens(self, tokens) -> torch.Tensor:
         """``tokens`` as a LongTensor [1, k] of ids inside the vocabulary, else a clear error."""

@@ -30,7 +30,7 @@ class ChainModel(SlotCacheModel):
         self.slots = CacheTree(name)
 
     def reset(self) -> None:
-        self.slots.reset()
+        self.slots = CacheTree(self.name)
 
     def crop(self, length: int) -> None:
         self.slots.crop(length)

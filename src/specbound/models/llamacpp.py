@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelNotAvailable, SpecboundError, positive_int
-from .base import CacheTree, ModelInfo, SlotCacheModel
+from .base import CacheTree, LanguageModel, ModelInfo, SlotCacheModel
 
 __all__ = ["LlamaCppModel", "LlamaCppTokenizer", "available_threads", "gguf_sha256", "load_llama_cpp"]
 
@@ -259,6 +259,9 @@ class LlamaCppModel(SlotCacheModel):
     def _alive(self) -> None:
         if not getattr(self, "_ctx", None):
             raise SpecboundError(f"{self.name} is closed")
+
+    # rows of a batch would be sequence ids of one context: not built yet, so batches are refused clearly
+    fork = LanguageModel.fork
 
     # ------------------------------------------------------------------ cache bookkeeping
     def reset(self) -> None:

@@ -21,6 +21,10 @@ as its registered attention does.
 """
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -28,7 +32,8 @@ from ..errors import SpecboundError
 from .base import CacheTree, ModelInfo
 from .hf import HFModel
 
-__all__ = ["STATIC_CACHE_MODEL_TYPES", "StaticCacheHFModel", "static_cache_unsupported", "wrap_hf_model"]
+__all__ = ["STATIC_CACHE_MODEL_TYPES", "RowRead", "StaticCacheHFModel", "read_rows", "static_cache_unsupported",
+           "wrap_hf_model"]
 
 #: ``config.model_type`` values whose decoder layers have the Llama form read here.
 STATIC_CACHE_MODEL_TYPES = ("qwen2", "llama")
@@ -80,6 +85,8 @@ class StaticCacheHFModel(HFModel):
         invariant = getattr(config, "_attn_implementation", None) == ATTENTION_NAME
         self.attention_dtype = torch.float64 if invariant else next(model.parameters()).dtype
         self.keys = self.values = None
+        self.scheduler = None          # a batch's pass scheduler while this model is one of its rows
+        self.batch_priority = 1        # rows of lower priority (the draft) read first in a batch
         super().__init__(model, tokenizer, name, info)
 
     # ------------------------------------------------------------------ cache
@@ -117,45 +124,92 @@ class StaticCacheHFModel(HFModel):
             self.keys[..., dst, :] = self.keys.index_select(3, index)
             self.values[..., dst, :] = self.values.index_select(3, index)
 
+    # ------------------------------------------------------------------ rows of a batch
+    def fork(self) -> "StaticCacheHFModel":
+        """A new row: the same modules (weights shared, nothing copied) with an empty cache of its own.
+        Rows' reads can run together in one pass (:func:`read_rows`) when a batch scheduler holds them."""
+        row = copy.copy(self)
+        row.keys = row.values = None
+        row.scheduler = None
+        row.reset()
+        return row
+
     # ------------------------------------------------------------------ forwards
     def _run(self, tokens, positions, mask, keep_logits) -> torch.Tensor:
         k = tokens.shape[1]
         start = self.slots.length
         end = start + k
         self._reserve(end)
-        dtype = self.attention_dtype
         if mask is None:                 # a chain after the last slot: causal within the call
             visible = torch.ones(k, end, dtype=torch.bool)
             visible[:, start:] = torch.ones(k, k, dtype=torch.bool).tril_()
         else:
             visible = mask[0, 0] == 0
-        with torch.inference_mode():
-            return self._layers(tokens, positions, visible, start, end, keep_logits, dtype)
+        read = RowRead(self, tokens, list(positions), visible, start, end, keep_logits)
+        if self.scheduler is not None:
+            return self.scheduler.submit(read_rows, read, group=id(self.model), priority=self.batch_priority)
+        return read_rows([read])[0]
 
-    def _layers(self, tokens, positions, visible, start, end, keep_logits, dtype) -> torch.Tensor:
-        inner = self.model.model
-        k, nh, nkv, hd = tokens.shape[1], self.n_heads, self.n_kv_heads, self.head_dim
+
+@dataclass
+class RowRead:
+    """One row's read: its model (cache), tokens [1, k], their positions, visibility [k, end] over the
+    row's slots, the slots ``start..end-1`` it fills, and how many last logits it keeps (None = all)."""
+
+    model: StaticCacheHFModel
+    tokens: torch.Tensor
+    positions: list
+    visible: torch.Tensor
+    start: int
+    end: int
+    keep_logits: int | None
+
+
+def read_rows(reads: list[RowRead]) -> list[torch.Tensor]:
+    """ONE pass of the decoder over several rows' reads (rows of the same weights, each with its own
+    cache): the tokens of all rows go through every projection, norm and MLP together — a forward's
+    cost is its weight read, shared by the batch — and each row attends over its OWN cache slots with
+    its own mask, exactly as it would alone (no padding, no row sees another's keys or a stale slot).
+    Returns each row's next-token logits [1, k or keep_logits, vocab], in order."""
+    owner = reads[0].model
+    model, inner = owner.model, owner.model.model
+    nh, nkv, hd, dtype = owner.n_heads, owner.n_kv_heads, owner.head_dim, owner.attention_dtype
+    sizes = [r.tokens.shape[1] for r in reads]
+    bounds = np.cumsum([0] + sizes).tolist()
+    n = bounds[-1]
+    with torch.inference_mode():
+        tokens = reads[0].tokens if len(reads) == 1 else torch.cat([r.tokens for r in reads], dim=1)
+        positions = [p for r in reads for p in r.positions]
         x = inner.embed_tokens(tokens)
         cos, sin = inner.rotary_emb(x, torch.as_tensor([positions], dtype=torch.long))
-        cos, sin = cos[:, None], sin[:, None]                    # [1, 1, k, hd]
-        bias = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, float("-inf"))
+        cos, sin = cos[:, None], sin[:, None]                    # [1, 1, n, hd]
+        biases = [torch.zeros(r.visible.shape, dtype=dtype).masked_fill_(~r.visible, float("-inf")) for r in reads]
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
-            q = attn.q_proj(h).view(1, k, nh, hd).transpose(1, 2)
-            key = attn.k_proj(h).view(1, k, nkv, hd).transpose(1, 2)
-            value = attn.v_proj(h).view(1, k, nkv, hd).transpose(1, 2)
+            q = attn.q_proj(h).view(1, n, nh, hd).transpose(1, 2)
+            key = attn.k_proj(h).view(1, n, nkv, hd).transpose(1, 2)
+            value = attn.v_proj(h).view(1, n, nkv, hd).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
             key = key * cos + _rotate_half(key) * sin
-            self.keys[i, :, :, start:end] = key
-            self.values[i, :, :, start:end] = value
-            out = F.scaled_dot_product_attention(q.to(dtype), self.keys[i, :, :, :end], self.values[i, :, :, :end],
-                                                 attn_mask=bias, scale=attn.scaling, enable_gqa=nkv != nh)
-            x = x + attn.o_proj(out.to(x.dtype).transpose(1, 2).reshape(1, k, nh * hd))
+            outs = []
+            for r, bias, a, b in zip(reads, biases, bounds, bounds[1:]):
+                row = r.model
+                row.keys[i, :, :, r.start:r.end] = key[:, :, a:b]
+                row.values[i, :, :, r.start:r.end] = value[:, :, a:b]
+                outs.append(F.scaled_dot_product_attention(
+                    q[:, :, a:b].to(dtype), row.keys[i, :, :, :r.end], row.values[i, :, :, :r.end],
+                    attn_mask=bias, scale=attn.scaling, enable_gqa=nkv != nh))
+            out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+            x = x + attn.o_proj(out.to(x.dtype).transpose(1, 2).reshape(1, n, nh * hd))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        if keep_logits:
-            x = x[:, -keep_logits:]
-        return self.model.lm_head(inner.norm(x)).float()
+        keep = [(b - r.keep_logits if r.keep_logits else a, b) for r, a, b in zip(reads, bounds, bounds[1:])]
+        if len(reads) == 1:
+            kept = x[:, keep[0][0]:keep[0][1]]
+        else:
+            kept = torch.cat([x[:, a:b] for a, b in keep], dim=1)
+        logits = model.lm_head(inner.norm(kept)).float()
+    return list(logits.split([b - a for a, b in keep], dim=1))
 
 
 def wrap_hf_model(model, tokenizer=None, name: str | None = None, static: bool = True) -> HFModel:

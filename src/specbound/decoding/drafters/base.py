@@ -46,6 +46,8 @@ class Drafter(ABC):
 
     #: seconds the last :meth:`start` spent measuring costs (one-time set-up, not decoding)
     calibration_time: float = 0.0
+    #: a calibration given from outside (batched decoding measures once for all requests)
+    shared_costs = None
 
     def __init__(self, sampling: SamplingConfig):
         self.sampling = sampling
@@ -53,6 +55,9 @@ class Drafter(ABC):
     def calibrated_costs(self, target: LanguageModel) -> CostModel:
         """The pair's cost model (the cached calibration, else measured now; the time spent measuring
         is kept in :attr:`calibration_time` so reports can show it apart from prefill and decoding)."""
+        if self.shared_costs is not None:
+            self.calibration_time = 0.0
+            return CostModel(self.shared_costs)
         measurement = load_or_measure_costs(target, self.model)
         self.calibration_time = measurement.seconds
         return CostModel(measurement)

@@ -1,0 +1,284 @@
+"""Several requests decoded together: B prompts share every target pass, each one lossless.
+
+Not to be confused with Yin et al.'s *batch speculative decoding* (M draft branches of ONE sequence,
+``drafts=M``): here a batch is B independent requests, as a server sees them.
+
+How it is built (docs/design.md, batched requests): each request runs THE decoding loop
+(:class:`~specbound.decoding.engine.Speculator`) with its own drafter, its own random stream and its
+own *rows* of the target and draft (:meth:`~specbound.models.base.LanguageModel.fork`: shared
+weights, a cache of its own). The rows hand their reads to one
+:class:`~specbound.models.rows.PassScheduler`, which runs the reads of all waiting requests as ONE
+pass — the draft's rows first, then one target pass over every request's pending tokens and drafted
+tree. Acceptance is ragged (each request accepts its own count and rolls back its own cache),
+requests finish independently and the batch shrinks as they do; a request's output law is that of
+the same request decoded alone, whatever shares its passes (per-request χ² and identity tests,
+``tests/test_batch_decoding.py``).
+
+Sizing: with ``gamma="auto"`` / ``tree="auto"`` every request sizes its own draft against the cost
+of the SHARED pass: its prior is t_B(k) = t(B·k), d_B(k) = d(B·k) (when all B requests send k
+tokens, the pass reads B·k), corrected online by the passes it actually waits for
+(:func:`batch_cost_prior`); a request may draft nothing in a round.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..errors import SpecboundError
+from ..models.base import LanguageModel, as_token_batch
+from ..models.rows import PassRecord, PassScheduler
+from ..theory.speedup import CostProfile
+from .costs import CostMeasurement, load_or_measure_costs
+from .engine import DecodeInterrupted, DraftSpec, PlainDrafter, Speculator, check_budget, make_generator
+from .result import DecodeResult
+from .sampling import SamplingConfig
+from .verify import STANDARD
+
+__all__ = ["BatchDecodeResult", "BatchInterrupted", "autoregressive_decode_batch", "batch_cost_prior",
+           "speculative_decode_batch"]
+
+#: rows reserve cache slots in doublings; tree nodes of one round on top of prompt + new tokens
+_TREE_SLOTS = 64
+
+
+@dataclass
+class BatchDecodeResult:
+    """One :class:`DecodeResult` per request, in the order of the prompts, and the batch's totals."""
+
+    results: list[DecodeResult]
+    wall_time: float = 0.0                    # first prefill to the last request's end
+    passes: list[PassRecord] = field(default_factory=list)   # shared passes (rows that can share them)
+    interrupted: bool = False
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __getitem__(self, i) -> DecodeResult:
+        return self.results[i]
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(r.metrics.new_tokens for r in self.results if r is not None)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Total tokens per second of the batch (all requests' new tokens over the wall time)."""
+        return self.new_tokens / self.wall_time if self.wall_time > 0 else float("inf")
+
+    @property
+    def target_passes(self) -> int:
+        return sum(1 for p in self.passes if p.priority >= 1)
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during batched decoding; ``result`` holds every request's tokens so far."""
+
+    def __init__(self, result: BatchDecodeResult):
+        super().__init__("batched decoding interrupted")
+        self.result = result
+
+
+def batch_cost_prior(measurement: CostMeasurement, batch: int) -> CostMeasurement:
+    """The cost prior one request of a batch of ``batch`` sizes its drafts with: t_B(k) = t(B·k) and
+    d_B(k) = d(B·k), the shared pass when every request sends k tokens (symmetric requests: one
+    request's tokens per second is then the batch's throughput over B). Not cached (``key=None``)."""
+    ks = tuple(measurement.target.ks)
+    dks = tuple(measurement.draft.ks)
+    return CostMeasurement(
+        CostProfile(ks, tuple(float(measurement.target(batch * k)) for k in ks)),
+        CostProfile(dks, tuple(float(measurement.draft(batch * k)) for k in dks)),
+        source=f"{measurement.source}, scaled to a batch of {batch}", key=None)
+
+
+def _check_prompts(prompts, target: LanguageModel) -> list[list[int]]:
+    if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__"):
+        raise SpecboundError("prompts must be a list of prompts (each a list of token ids)")
+    if len(prompts) == 0:
+        raise SpecboundError("prompts is empty: give at least one prompt")
+    out = []
+    for i, prompt in enumerate(prompts):
+        ids = as_token_batch(prompt, target.vocab_size, name=f"prompt {i}")
+        if ids.shape[0] != 1:
+            raise SpecboundError(f"prompt {i} must be one sequence of token ids, got shape {tuple(ids.shape)}")
+        out.append(ids[0].tolist())
+    return out
+
+
+def _per_request(value, n: int, name: str, check) -> list:
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise SpecboundError(f"{name} has {len(value)} entries for {n} prompts")
+        return [check(v) for v in value]
+    return [check(value)] * n
+
+
+def _cache_bytes_per_slot(model: LanguageModel) -> int:
+    """Bytes one cache slot costs a row of ``model`` (keys + values of every layer); 0 if unknown."""
+    config = getattr(getattr(model, "model", None), "config", None)
+    if config is None:
+        return 0
+    layers = getattr(config, "num_hidden_layers", 0) or 0
+    heads = getattr(config, "num_attention_heads", 1) or 1
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or (getattr(config, "hidden_size", 0) or 0) // heads
+    dtype = getattr(model, "attention_dtype", None) or getattr(model, "dtype", None)
+    itemsize = getattr(dtype, "itemsize", 4)
+    return int(2 * layers * kv * head_dim * itemsize)
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_batch_memory(target, draft, prompts, budgets, available: int | None = None) -> int:
+    """Refuse, before any cache is allocated, a batch whose rows' caches would not fit in memory.
+    Each row reserves its slots in doublings, so up to twice (prompt + new tokens + one round's tree)
+    slots per request and model are counted. Returns the estimate in bytes."""
+    per_slot = _cache_bytes_per_slot(target) + (_cache_bytes_per_slot(draft) if draft is not None else 0)
+    need = sum(2 * (len(p) + b + _TREE_SLOTS) * per_slot for p, b in zip(prompts, budgets))
+    available = _available_memory() if available is None else available
+    if available is not None and need > 0.8 * available:
+        raise SpecboundError(
+            f"a batch of {len(prompts)} requests needs about {need / 2**30:.1f} GiB of KV cache, more than 80% of "
+            f"the {available / 2**30:.1f} GiB available: decode fewer prompts at once or fewer new tokens")
+    return need
+
+
+def _rows(model: LanguageModel, n: int, scheduler: PassScheduler, priority: int) -> list[LanguageModel]:
+    if not model.supports_batches:
+        model.fork()                         # raises the backend's clear refusal
+    rows = []
+    for _ in range(n):
+        row = model.fork()
+        if hasattr(row, "scheduler"):        # rows whose reads can share one pass
+            row.scheduler, row.batch_priority = scheduler, priority
+        rows.append(row)
+    return rows
+
+
+def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_drafter, rule, seed, stop_token_ids,
+                     callback) -> BatchDecodeResult:
+    prompts = _check_prompts(prompts, target)
+    n = len(prompts)
+    budgets = _per_request(max_new_tokens, n, "max_new_tokens", check_budget)
+    seeds = _per_request(seed, n, "seed", lambda s: s) if isinstance(seed, (list, tuple)) else \
+        [None if seed is None else seed + i for i in range(n)]
+    limit = target.info.max_positions
+    for i, (p, b) in enumerate(zip(prompts, budgets)):
+        if limit is not None and len(p) + b - 1 > limit:
+            raise SpecboundError(f"prompt {i} ({len(p)} tokens) + max_new_tokens ({b}) exceeds the target's "
+                                 f"context of {limit} positions; shorten it or lower max_new_tokens")
+    if callback is not None and not callable(callback):
+        raise SpecboundError("callback must be callable as callback(request_index, new_token_ids)")
+    check_batch_memory(target, draft, prompts, budgets)
+    generators = [make_generator(s) for s in seeds]
+    scheduler = PassScheduler(live=n)
+    target_rows = _rows(target, n, scheduler, priority=1)
+    draft_rows = _rows(draft, n, scheduler, priority=0) if draft is not None else [None] * n
+    drafters = [make_drafter(t, d) for t, d in zip(target_rows, draft_rows)]
+    stop = threading.Event()
+    engines = [Speculator(t, dr, sampling, rule, stop_token_ids, g, stop=stop)
+               for t, dr, g in zip(target_rows, drafters, generators)]
+    results: list[DecodeResult | None] = [None] * n
+    errors: list[BaseException | None] = [None] * n
+    interrupted = False
+
+    def work(i: int) -> None:
+        nonlocal interrupted
+        try:
+            each = None if callback is None else (lambda tokens, i=i: callback(i, tokens))
+            results[i] = engines[i].run(prompts[i], budgets[i], callback=each)
+        except DecodeInterrupted as exc:
+            results[i], interrupted = exc.result, True
+        except BaseException as exc:   # noqa: BLE001 - re-raised in the caller's thread
+            errors[i] = exc
+            stop.set()                   # a failed request stops the batch (the others keep their tokens)
+            scheduler.stop()
+        finally:
+            scheduler.leave()
+
+    threads = [threading.Thread(target=work, args=(i,), name=f"specbound-request-{i}", daemon=True)
+               for i in range(n)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    try:
+        while any(th.is_alive() for th in threads):
+            for th in threads:
+                th.join(0.05)
+    except KeyboardInterrupt:
+        stop.set()
+        scheduler.stop()
+        for th in threads:
+            th.join()
+        interrupted = True
+    out = BatchDecodeResult(results, time.perf_counter() - t0, scheduler.passes, interrupted)
+    failed = [(i, e) for i, e in enumerate(errors) if e is not None]
+    if failed:
+        i, exc = failed[0]
+        if isinstance(exc, SpecboundError):
+            raise SpecboundError(f"request {i}: {exc}") from exc
+        raise exc
+    if interrupted:
+        raise BatchInterrupted(out)
+    return out
+
+
+def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None, prompts, max_new_tokens,
+                             gamma=None, temperature: float = 1.0, top_k: int | None = None,
+                             top_p: float | None = None, seed=None, tree=None, tree_drafter: str = "dynamic",
+                             callback=None, drafts: int | None = None, design: str = "B", relaxation=None,
+                             stop_token_ids=(), verification: str = "token") -> BatchDecodeResult:
+    """Lossless speculative decoding of several prompts together: one result per prompt, in order.
+
+    The keywords are those of :func:`~specbound.decoding.engine.speculative_decode` and apply to every
+    request; ``max_new_tokens`` and ``seed`` may also be lists (one per prompt). An integer ``seed``
+    gives request i the seed ``seed + i``, so request 0 decodes exactly as ``speculative_decode`` with
+    ``seed`` would, and no request's stream depends on the others. ``callback(i, new_token_ids)``
+    streams request i's tokens. Every draft and target pass is shared by the requests waiting on it
+    (rows of backends that can share passes: Llama-family Hugging Face models with the static cache;
+    others decode their rows in turn, with the same output). ``gamma="auto"``/``tree="auto"`` size each
+    request's draft against the shared pass (:func:`batch_cost_prior`).
+    """
+    sampling = SamplingConfig(temperature, top_k, top_p)
+    spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification)
+    if draft is not None and draft.vocab_size != target.vocab_size:
+        raise SpecboundError(f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
+                             f"draft {draft.name!r} has {draft.vocab_size}")
+    shared = None
+    if "auto" in (gamma, tree):
+        n = len(_check_prompts(prompts, target))
+        shared = batch_cost_prior(load_or_measure_costs(target, draft), n)
+
+    def make_drafter(target_row, draft_row):
+        drafter = spec.build(target_row, draft_row, sampling)
+        drafter.shared_costs = shared
+        return drafter
+
+    return _decode_requests(target, draft if spec.needs_draft_model else None, prompts, max_new_tokens, sampling,
+                            make_drafter, spec.rule, seed, stop_token_ids, callback)
+
+
+def autoregressive_decode_batch(target: LanguageModel, prompts, max_new_tokens, temperature: float = 1.0,
+                                top_k: int | None = None, top_p: float | None = None, seed=None,
+                                stop_token_ids=(), callback=None) -> BatchDecodeResult:
+    """Plain batched decoding: every request reads one token per shared target pass (the baseline
+    of :func:`speculative_decode_batch`; the same loop with no drafter)."""
+    sampling = SamplingConfig(temperature, top_k, top_p)
+    out = _decode_requests(target, None, prompts, max_new_tokens, sampling, lambda t, d: PlainDrafter(sampling),
+                           STANDARD, seed, stop_token_ids, callback)
+    for r in out.results:
+        if r is not None:
+            r.method = "autoregressive"
+    return out

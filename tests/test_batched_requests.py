@@ -1,0 +1,244 @@
+"""Several requests decoded together (decoding/batch.py): each request's output law is the target's
+(χ² on exact chains, with a planted-bias mutant that must fail), each request's tokens equal the same
+request decoded alone (greedy and, with its seed, at T > 0) on tiny transformers whose rows share
+passes, a mutant row read that lets a stale KV slot into the softmax is caught, and bad input."""
+import _thread
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import HF_BACKENDS, chi_square_pvalue, encode, perturbed_copy, processed_chain, tiny_transformer
+from specbound.decoding import SamplingConfig, speculative_decode
+from specbound.decoding.batch import (
+    BatchInterrupted, autoregressive_decode_batch, batch_cost_prior, check_batch_memory, speculative_decode_batch,
+)
+from specbound.decoding.costs import CostMeasurement
+from specbound.decoding.engine import autoregressive_decode
+from specbound.errors import SpecboundError
+from specbound.models import ChainModel, LanguageModel
+from specbound.models import static as static_module
+from specbound.models.static import StaticCacheHFModel
+from specbound.theory import MarkovChain
+from specbound.theory.speedup import CostProfile
+
+P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome is deterministic
+
+# requests of different prompt lengths and horizons decoded together: (prompt, max_new_tokens)
+REQUESTS = [([0], 3), ([2, 1, 3], 5), ([1, 1], 4)]
+
+
+def _chains(seed=31):
+    target = MarkovChain.random(4, concentration=1.0, seed=seed)
+    return target, target.perturbed(0.7, seed=seed + 1000)
+
+
+def _batch_samples(setting, runs=2000, **extra):
+    """The first 3 tokens of every request over ``runs`` batch decodes with seeds 3·r .. 3·r + 2."""
+    target, draft = _chains()
+    tm, dm = ChainModel(target), ChainModel(draft)
+    prompts = [p for p, _ in REQUESTS]
+    budgets = [b for _, b in REQUESTS]
+    out = np.empty((len(REQUESTS), runs, 3), dtype=np.int64)
+    for r in range(runs):
+        res = speculative_decode_batch(tm, dm, prompts, budgets, seed=len(REQUESTS) * r, **setting, **extra)
+        for i, one in enumerate(res):
+            out[i, r] = one.tokens[:3]
+    config = SamplingConfig(setting["temperature"], setting.get("top_k"), setting.get("top_p"))
+    laws = [processed_chain(target, config).sequence_law(p[-1], 3) for p in prompts]
+    return laws, out
+
+
+SETTINGS = [dict(temperature=0.8, top_k=3, gamma=2), dict(temperature=1.0, top_p=0.8, gamma=3)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", SETTINGS, ids=["T=0.8,top_k=3", "top_p=0.8"])
+def test_every_request_follows_the_target_law(setting):
+    laws, samples = _batch_samples(setting)
+    for law, s in zip(laws, samples):
+        assert chi_square_pvalue(encode(s, 4), law) > P_MIN
+
+
+@pytest.mark.slow
+def test_chi_square_catches_a_biased_batch():
+    # the same test on the same batches, decoded with a deliberately biased rule (Decoding-OPT, ε = 0.5)
+    laws, samples = _batch_samples(SETTINGS[0], relaxation="opt:0.5")
+    assert min(chi_square_pvalue(encode(s, 4), law) for law, s in zip(laws, samples)) < P_MIN
+
+
+def test_a_request_decodes_as_it_would_alone_on_exact_chains():
+    target, draft = _chains(5)
+    tm, dm = ChainModel(target), ChainModel(draft)
+    prompts = [p for p, _ in REQUESTS]
+    budgets = [b + 9 for _, b in REQUESTS]
+    for kw in (dict(gamma=2), dict(tree=5), dict(tree=4, tree_drafter="sampled"), dict(drafts=3, gamma=2)):
+        batch = speculative_decode_batch(tm, dm, prompts, budgets, temperature=0.9, seed=100, **kw)
+        for i, (p, b) in enumerate(zip(prompts, budgets)):
+            alone = speculative_decode(tm, dm, p, b, temperature=0.9, seed=100 + i, **kw)
+            assert batch[i].tokens == alone.tokens, (kw, i)
+
+
+# ------------------------------------------------------------------ rows that share passes
+@pytest.fixture(scope="module")
+def hf_pair():
+    target = tiny_transformer(0)
+    return target, perturbed_copy(target, 0.3, 1)
+
+
+HF_PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11, 12, 13], [4], [7, 7, 30]]
+HF_BUDGETS = [18, 11, 24, 1]
+DRAFTERS = [dict(gamma=3), dict(gamma="auto"), dict(tree=6), dict(tree=5, tree_drafter="sampled"),
+            dict(drafts=2, gamma=2)]
+
+
+def _alone(target, draft, i, budget=None, **kw):
+    budget = HF_BUDGETS[i] if budget is None else budget
+    return speculative_decode(target, draft, HF_PROMPTS[i], budget, seed=50 + i, **kw).tokens
+
+
+# auto sizing follows measured times, so at T > 0 its random stream (not its law) may differ from a run alone
+CASES = [(kw, t) for t in (0.0, 0.9) for kw in DRAFTERS if not (t > 0 and kw.get("gamma") == "auto")]
+
+
+@pytest.mark.parametrize("kw,temperature", CASES,
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) if isinstance(v, dict) else f"T={v}")
+def test_rows_sharing_passes_decode_each_request_as_alone(hf_pair, kw, temperature):
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    sampling = dict(temperature=temperature, top_k=None if temperature == 0 else 30, top_p=None)
+    batch = speculative_decode_batch(target, draft, HF_PROMPTS, HF_BUDGETS, seed=50, **sampling, **kw)
+    shared = [p for p in batch.passes if p.priority == 1 and p.rows > 1]
+    assert shared, "no target pass was shared by two requests"
+    for i in range(len(HF_PROMPTS)):
+        assert batch[i].tokens == _alone(target, draft, i, **sampling, **kw), (kw, i)
+        assert len(batch[i].tokens) == HF_BUDGETS[i]
+
+
+def test_every_target_pass_holds_every_live_request(hf_pair):
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    budgets = [12, 12, 12]
+    batch = speculative_decode_batch(target, draft, HF_PROMPTS[:3], budgets, gamma=2, temperature=0, seed=1)
+    target_passes = [p for p in batch.passes if p.priority == 1]
+    # the first target pass holds every prefill; requests only leave, so the rows never grow back
+    assert target_passes[0].rows == 3
+    assert all(a.rows >= b.rows for a, b in zip(target_passes, target_passes[1:]))
+    assert batch.target_passes == len(target_passes)
+    assert batch.new_tokens == sum(budgets) and batch.tokens_per_second > 0
+
+
+def test_plain_batched_decoding_equals_plain_decoding(hf_pair):
+    target = StaticCacheHFModel(hf_pair[0])
+    batch = autoregressive_decode_batch(target, HF_PROMPTS, HF_BUDGETS, temperature=0.7, top_p=0.9, seed=3)
+    for i, p in enumerate(HF_PROMPTS):
+        alone = autoregressive_decode(target, p, HF_BUDGETS[i], temperature=0.7, top_p=0.9, seed=3 + i)
+        assert batch[i].tokens == alone.tokens
+        assert batch[i].metrics.target_calls == HF_BUDGETS[i]
+
+
+def test_rows_without_shared_passes_decode_the_same(hf_pair):
+    # the dynamic-cache backend's rows run in turn (no shared pass): the same tokens
+    target, draft = (HF_BACKENDS["dynamic-cache"](m) for m in hf_pair)
+    batch = speculative_decode_batch(target, draft, HF_PROMPTS, HF_BUDGETS, gamma=3, temperature=0, seed=50)
+    assert not batch.passes
+    for i in range(len(HF_PROMPTS)):
+        assert batch[i].tokens == _alone(target, draft, i, gamma=3, temperature=0)
+
+
+def test_a_stale_kv_slot_in_the_softmax_is_caught(hf_pair, monkeypatch):
+    """Planted trap (mlx-vlm #2113): a row read that lets every cached slot below its end into the
+    softmax — the rejected tail of an earlier round included — must change some request's tokens."""
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    honest = static_module.read_rows
+
+    def stale_rows(reads):
+        for r in reads:
+            r.visible = torch.ones_like(r.visible)
+        return honest(reads)
+
+    expected = [_alone(target, draft, i, gamma=3, temperature=0) for i in range(len(HF_PROMPTS))]
+    monkeypatch.setattr(static_module, "read_rows", stale_rows)
+    batch = speculative_decode_batch(target, draft, HF_PROMPTS, HF_BUDGETS, gamma=3, temperature=0, seed=50)
+    assert [r.tokens for r in batch] != expected
+
+
+# ------------------------------------------------------------------ sizing
+def test_batch_cost_prior_prices_the_shared_pass():
+    m = CostMeasurement(CostProfile((1, 2, 4, 8, 16, 32, 64), (1.0, 1.0, 1.0, 1.1, 1.5, 2.4, 4.0)),
+                        CostProfile((1, 2, 4, 8, 16, 32, 64), (0.2, 0.2, 0.21, 0.25, 0.4, 0.7, 1.2)))
+    prior = batch_cost_prior(m, 4)
+    assert prior.key is None                          # never written to the cost cache
+    assert prior.target(2) == pytest.approx(m.target(8))
+    assert prior.draft(4) == pytest.approx(m.draft(16))
+    assert batch_cost_prior(m, 1).target(8) == pytest.approx(m.target(8))
+
+
+# ------------------------------------------------------------------ bad input and faults
+def test_bad_batches_are_refused_before_decoding(hf_pair):
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    with pytest.raises(SpecboundError, match="prompt 1 is empty"):
+        speculative_decode_batch(target, draft, [[1, 2], []], 4, gamma=2)
+    with pytest.raises(SpecboundError, match="prompts is empty"):
+        speculative_decode_batch(target, draft, [], 4, gamma=2)
+    with pytest.raises(SpecboundError, match="prompt 1 .* exceeds the target's context"):
+        speculative_decode_batch(target, draft, [[1], [2] * 500], 40, gamma=2)
+    with pytest.raises(SpecboundError, match="max_new_tokens has 3 entries for 2 prompts"):
+        speculative_decode_batch(target, draft, [[1], [2]], [4, 4, 4], gamma=2)
+    with pytest.raises(SpecboundError, match="outside"):
+        speculative_decode_batch(target, draft, [[1], [999]], 4, gamma=2)
+    with pytest.raises(SpecboundError, match="vocabulary mismatch"):
+        speculative_decode_batch(target, StaticCacheHFModel(tiny_transformer(2, vocab=40)), [[1]], 4, gamma=2)
+    with pytest.raises(SpecboundError, match="gamma"):
+        speculative_decode_batch(target, draft, [[1]], 4, gamma=0)
+
+
+def test_a_batch_beyond_memory_is_refused_before_allocating(hf_pair):
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    need = check_batch_memory(target, draft, [[1] * 10] * 4, [100] * 4, available=10 ** 12)
+    assert need > 0
+    with pytest.raises(SpecboundError, match="KV cache"):
+        check_batch_memory(target, draft, [[1] * 10] * 4, [100] * 4, available=need)
+
+
+def test_a_backend_without_rows_is_refused_clearly():
+    target, draft = _chains()
+
+    class NoRows(ChainModel):
+        fork = LanguageModel.fork                     # the protocol's default: no rows
+
+    with pytest.raises(SpecboundError, match="cannot decode several requests at once"):
+        speculative_decode_batch(NoRows(target), ChainModel(draft), [[0], [1]], 3, gamma=2)
+
+
+def test_ctrl_c_returns_every_request_so_far(hf_pair):
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    seen = {i: 0 for i in range(3)}
+    fired = threading.Event()
+
+    def callback(i, tokens):
+        seen[i] += len(tokens)
+        if seen[i] >= 6 and not fired.is_set():
+            fired.set()
+            _thread.interrupt_main()            # what Ctrl-C does: KeyboardInterrupt in the main thread
+
+    with pytest.raises(BatchInterrupted) as info:
+        speculative_decode_batch(target, draft, HF_PROMPTS[:3], [200, 200, 200], gamma=2, temperature=0,
+                                 callback=callback)
+    result = info.value.result
+    assert result.interrupted and len(result) == 3
+    for i, r in enumerate(result):
+        assert r is not None and r.metrics.interrupted
+        assert 0 < len(r.tokens) < 200
+        assert r.tokens == _alone(target, draft, i, 200, gamma=2, temperature=0)[:len(r.tokens)]
+
+
+def test_a_failing_request_names_itself_and_stops_the_batch(hf_pair):
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+
+    def callback(i, tokens):
+        if i == 1:
+            raise SpecboundError("the consumer of request 1 went away")
+
+    with pytest.raises(SpecboundError, match="request 1: the consumer of request 1 went away"):
+        speculative_decode_batch(target, draft, HF_PROMPTS[:3], [200, 200, 200], gamma=2, temperature=0,
+                                 callback=callback)
