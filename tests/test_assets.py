@@ -599,9 +599,32 @@ def test_format_prompt_uses_chat_template_except_for_code():
 
 
 def test_generate_index_outside_the_set_is_a_clear_error(capsys):
-    from specbound.cli.generate import _pick_prompt
+    from specbound.cli.generate import _pick_prompts
 
-    args = SimpleNamespace(prompt=None, prompt_set="builtin", index=7, kind="code")
+    def args(index, prompt_file=None):
+        return SimpleNamespace(prompt=None, prompt_file=prompt_file, prompt_set="builtin", index=index, kind="code")
+
     with pytest.raises(SpecboundError, match="--index 7: offset 7 is past the end"):
-        _pick_prompt(args)
-    assert _pick_prompt(SimpleNamespace(prompt=None, prompt_set="builtin", index=1, kind="code")) == BUILTIN_PROMPTS[1]
+        _pick_prompts(args("7"))
+    assert _pick_prompts(args("1")) == [BUILTIN_PROMPTS[1]]
+    assert _pick_prompts(args("2,0")) == [BUILTIN_PROMPTS[2], BUILTIN_PROMPTS[0]]
+    with pytest.raises(SpecboundError, match="--index must"):
+        _pick_prompts(args("1,x"))
+
+
+def test_generate_prompt_file(tmp_path):
+    from specbound.cli.generate import _pick_prompts
+
+    path = tmp_path / "prompts.txt"
+    path.write_text('def add(a, b):\n\n"def f(x):\\n    return"\n')
+    prompts = _pick_prompts(SimpleNamespace(prompt=None, prompt_file=str(path), prompt_set="builtin", index=None,
+                                            kind="code"))
+    assert [p.text for p in prompts] == ["def add(a, b):", "def f(x):\n    return"]
+    for text, message in (("\n\n", "holds no prompt"), ('"unclosed\n', "line 1: not a valid JSON string")):
+        path.write_text(text)
+        with pytest.raises(SpecboundError, match=message):
+            _pick_prompts(SimpleNamespace(prompt=None, prompt_file=str(path), prompt_set="builtin", index=None,
+                                          kind="code"))
+    with pytest.raises(SpecboundError, match="no such file"):
+        _pick_prompts(SimpleNamespace(prompt=None, prompt_file=str(tmp_path / "nope"), prompt_set="builtin",
+                                      index=None, kind="code"))

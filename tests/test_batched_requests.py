@@ -242,3 +242,33 @@ def test_a_failing_request_names_itself_and_stops_the_batch(hf_pair):
     with pytest.raises(SpecboundError, match="request 1: the consumer of request 1 went away"):
         speculative_decode_batch(target, draft, HF_PROMPTS[:3], [200, 200, 200], gamma=2, temperature=0,
                                  callback=callback)
+
+
+# ------------------------------------------------------------------ the command line
+class CharTokenizer:
+    eos_token_id = None
+    chat_template = None
+
+    def __call__(self, text, return_tensors=None, add_special_tokens=True):
+        return type("Enc", (), {"input_ids": torch.tensor([[1 + ord(c) % 47 for c in text]])})()
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(97 + i % 26) for i in ids)
+
+
+def test_generate_decodes_several_prompts_as_one_batch(hf_pair, monkeypatch, capsys):
+    import json
+
+    from specbound.cli import main
+    from specbound.models import loading
+
+    target = StaticCacheHFModel(hf_pair[0], CharTokenizer(), name="tiny-target")
+    draft = StaticCacheHFModel(hf_pair[1], CharTokenizer(), name="tiny-draft")
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: (target, draft))
+    status = main(["generate", "--prompt-set", "builtin", "--index", "0,1,2", "--max-new-tokens", "9", "--gamma", "2",
+                   "--threads", "1", "--baseline", "--json"])
+    assert status == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["batch"] == 3 and len(report["requests"]) == 3
+    assert all(q["new_tokens"] == 9 and q["identical_to_plain"] for q in report["requests"])
+    assert report["tokens_per_second"] > 0 and report["target_passes"] >= 1

@@ -38,9 +38,12 @@ from .measure.drafter_values import dynamic_tree_values
 from .measure.moments import MomentSample, measure_moments
 from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .theory.bounds import speed_of_light as bound_on_accepted
-from .theory.speedup import CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup
+from .theory.speedup import (
+    CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup, shared_pass_throughput,
+)
 
-__all__ = ["AdviseConfig", "Advice", "ModeAdvice", "Setting", "advise", "measure_settings", "recommendation"]
+__all__ = ["AdviseConfig", "Advice", "BatchAdvice", "ModeAdvice", "Setting", "advise", "batch_advice", "batch_table",
+           "measure_batches", "measure_settings", "recommendation"]
 
 MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0)}
 CAPACITIES = (1, 2, 4, 8, 16, 32, 64)
@@ -60,6 +63,7 @@ class AdviseConfig:
     repeats: int = 3               # cost-curve repeats
     modes: tuple[str, ...] = ("greedy", "sampled")
     seed: int = 0
+    batches: tuple[int, ...] = ()  # batch sizes B to predict (and check) batched decoding for
 
 
 @dataclass
@@ -76,6 +80,25 @@ class Setting:
 
 
 @dataclass
+class BatchAdvice:
+    """Batch size B: plain batched decoding, the best chain γ for B and the speed of light, in total
+    tokens per second (predicted from the costs and the acceptance; measured when checked)."""
+
+    batch: int
+    plain: float                   # B / t(B)
+    gamma: int                     # best chain length at B (0: decode plainly)
+    speculative: float             # predicted total tok/s of chains of γ
+    speed_of_light: float          # T*(P) drafted for free, best P
+    speed_of_light_capacity: int
+    measured_plain: float | None = None
+    measured_speculative: float | None = None
+
+    @property
+    def speedup(self) -> float:
+        return self.speculative / self.plain
+
+
+@dataclass
 class ModeAdvice:
     mode: str
     acceptance: list[float]                        # α_i, chain positions
@@ -86,6 +109,7 @@ class ModeAdvice:
     speed_of_light: dict[int, float] = field(default_factory=dict)  # speed-up of T*(P), free drafting
     bound_speedup: dict[int, float] = field(default_factory=dict)
     best: Setting | None = None
+    batch: dict[int, BatchAdvice] = field(default_factory=dict)
 
     @property
     def pays(self) -> bool:
@@ -213,6 +237,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             advice.bound_speedup = {P: float(round_speedup(b, 0.0, verify_cost, P + 1)) for P, b in advice.bound.items()}
         advice.speed_of_light = {P: float(round_speedup(v, 0.0, verify_cost, P + 1)) for P, v in advice.oracle.items()}
         advice.best = max(list(chain.values()) + list(tree.values()), key=lambda s: s.predicted)
+        advice.batch = {B: batch_advice(B, chain, advice.oracle, verify_cost, draft_cost) for B in config.batches}
         modes[mode] = advice
     return Advice(config, {"target": f"{target.name} ({target.info.kernels})", "draft": f"{draft.name} ({draft.info.kernels})"},
                   {"ks": list(verify_cost.ks), "target_ms": [1e3 * s for s in verify_cost.seconds],
@@ -220,7 +245,49 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
                    "draft_spread": costs.draft_spread}, mu, mu2, modes, time.perf_counter() - t0)
 
 
+def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float], verify_cost: CostProfile,
+                 draft_cost: CostProfile) -> BatchAdvice:
+    """Predictions for B requests decoded together (theory/speedup.py, ``shared_pass_throughput``):
+    plain B / t(B); a chain of γ yields its measured E[tokens per round] per request for γ shared draft
+    passes (each priced d(B)/d(1) times the draft forward measured inside a chain) and one target pass
+    over B(γ + 1) tokens; the speed of light drafts T*(P) for free, max over P of B(1 + E[X*])/t(B(P + 1))."""
+    plain = float(shared_pass_throughput(1.0, batch, 0.0, 1, verify_cost))
+    scale = float(draft_cost(batch)) / float(draft_cost(1))
+    rates = {g: float(shared_pass_throughput(s.expected_tokens, batch, s.draft_seconds * scale, g + 1, verify_cost))
+             for g, s in chain.items()}
+    gamma = max(rates, key=rates.get) if rates else 0
+    if not rates or rates[gamma] <= plain:
+        gamma, best = 0, plain
+    else:
+        best = rates[gamma]
+    light = {P: float(shared_pass_throughput(1.0 + v, batch, 0.0, P + 1, verify_cost)) for P, v in oracle.items()}
+    P = max(light, key=light.get) if light else 0
+    return BatchAdvice(batch, plain, gamma, best, max(light[P], plain) if light else plain, P)
+
+
 # ----------------------------------------------------------------------------------------------- check
+def measure_batches(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int) -> None:
+    """Run plain batched decoding and the advised chain at every batch size on the held-out prompts
+    (cycled to fill B requests) and fill the measured total tokens per second (wall time of the batch,
+    prefill included, as a server sees it)."""
+    from .decoding.batch import autoregressive_decode_batch, speculative_decode_batch
+
+    if not prompt_ids:
+        return
+    for mode, m in advice.modes.items():
+        sampling = MODES[mode]
+        for B, b in m.batch.items():
+            prompts = [prompt_ids[i % len(prompt_ids)] for i in range(B)]
+            plain = autoregressive_decode_batch(target, prompts, tokens, temperature=sampling.temperature, seed=0)
+            b.measured_plain = plain.tokens_per_second
+            if b.gamma == 0:
+                b.measured_speculative = b.measured_plain
+                continue
+            sd = speculative_decode_batch(target, draft, prompts, tokens, gamma=b.gamma,
+                                          temperature=sampling.temperature, seed=0)
+            b.measured_speculative = sd.tokens_per_second
+
+
 def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int, progress=None) -> None:
     """Run the recommended setting and a few others on held-out prompts; fill ``Setting.measured`` with
     the measured speed-up over plain decoding (same prompts, same tokens, interleaved per prompt), in
@@ -252,6 +319,13 @@ def measured_vs_predicted(advice: Advice) -> list[tuple[str, str, float, float, 
                 rows.append((mode, f"{s.kind} {'γ' if s.kind == 'chain' else 'P'}={s.size}", s.predicted, s.measured,
                              s.measured / s.predicted))
     return rows
+
+
+def batch_table(advice: Advice, mode: str = "greedy") -> dict[int, int]:
+    """Draft length per batch size (0 = no speculation at that size): the table vLLM / SGLang users
+    otherwise write by hand."""
+    m = advice.modes.get(mode) or next(iter(advice.modes.values()))
+    return {B: b.gamma for B, b in sorted(m.batch.items())}
 
 
 # ----------------------------------------------------------------------------------------------- export

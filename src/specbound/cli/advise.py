@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .arguments import at_least, name_list
+from .arguments import at_least, int_list, name_list
 
 HELP = ("how much speculation can give a pair on this engine and machine, the speed of light, the best "
         "settings (predicted, then measured), exports")
@@ -35,6 +35,10 @@ def add_arguments(p) -> None:
     p.add_argument("--check-prompts", type=int, default=3,
                    help="held-out prompts on which predicted settings are run and measured (0 = skip)")
     p.add_argument("--check-tokens", type=int, default=64)
+    p.add_argument("--batch", default=None, metavar="B,B,…", type=int_list(minimum=1),
+                   help="batch sizes (e.g. 1,2,4,8): predicted (and, with --check-prompts, measured) total tokens/s "
+                        "of plain batched decoding and of speculative decoding per B, the best γ per B and a "
+                        "per-batch-size draft-length table for serving engines (--engine torch)")
     p.add_argument("--threads", type=int, default=0, help="threads (default: the cores available)")
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--no-progress", action="store_true")
@@ -50,6 +54,13 @@ def run(args) -> int:
     at_least(args, 1, "n_prompts", "tokens", "positions", "repeats", "check_tokens")
     at_least(args, 0, "offset", "check_prompts", "threads")
     modes = name_list(args.modes, MODES, "--modes")
+    batches = ()
+    if args.batch is not None:
+        batches = tuple(args.batch)
+        if args.engine != "torch":
+            from ..errors import SpecboundError
+
+            raise SpecboundError("--batch needs --engine torch: llama.cpp rows of a batch are not built yet")
     out = check_output_dir(args.out)
     calibration = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
     check = load_prompts(args.prompt_set, limit=args.check_prompts, offset=args.offset + args.n_prompts) \
@@ -60,7 +71,7 @@ def run(args) -> int:
     _check_engine_available("llamacpp" if args.draft_engine == "llamacpp" else args.engine)
     configure_threads(args.threads)
     config = AdviseConfig(args.engine, args.prompt_set, args.offset, len(calibration), args.tokens, args.positions,
-                          repeats=args.repeats, modes=modes)
+                          repeats=args.repeats, modes=modes, batches=batches)
     return _advise(args, config, calibration, check, out)
 
 
@@ -77,7 +88,7 @@ def _check_engine_available(engine: str) -> None:
 def _advise(args, config, calibration, check, out) -> int:
     from rich.console import Console
 
-    from ..advise import advise, measure_settings, recommendation
+    from ..advise import advise, batch_table, measure_batches, measure_settings, recommendation
     from dataclasses import replace
 
     from ..export import export_all, to_llamacpp_server
@@ -96,11 +107,19 @@ def _advise(args, config, calibration, check, out) -> int:
     if check:
         advice.measured_prompts = [p.id for p in check]
         measure_settings(target, draft, advice, encode_prompts(target, check), args.check_tokens)
+        if config.batches:
+            measure_batches(target, draft, advice, encode_prompts(target, check), args.check_tokens)
     rec = recommendation(advice, paths["target"], paths["draft"], mode=config.modes[0])
     exports = export_all(rec)
     if paths.get("target_gguf"):            # llama.cpp's server loads the GGUF files, not converted directories
         exports["llama.cpp"] = to_llamacpp_server(replace(
             rec, target=paths["target_gguf"], draft=paths["draft_gguf"] if rec.draft is not None else None))
+    if config.batches:
+        import json
+
+        exports["draft length per batch size (vLLM / SGLang)"] = json.dumps(
+            {"num_speculative_tokens_per_batch_size": {str(B): g for B, g in batch_table(advice, config.modes[0]).items()}},
+            indent=1)
     command = "specbound advise " + " ".join(sys.argv[2:])
     written = write_advice(advice, exports, out, command)
     print((out / "advice.md").read_text())

@@ -17,7 +17,12 @@ def add_arguments(p) -> None:
     p.add_argument("--kind", default="code", choices=["code", "chat", "math"],
                    help="how to format --prompt: raw text (code) or chat template (chat, math)")
     p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k | builtin")
-    p.add_argument("--index", type=int, default=None, help="prompt index in the set (default 2, HumanEval/2)")
+    p.add_argument("--index", default=None,
+                   help="prompt index in the set (default 2, HumanEval/2); several (3,7,9) decode them together "
+                        "as one batch")
+    p.add_argument("--prompt-file", default=None, metavar="FILE",
+                   help="decode every prompt of FILE together as one batch: one prompt per line (a line holding "
+                        "a JSON string is decoded, for prompts of several lines)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--gamma", default=None,
                    help="draft chain length K, 'auto' (cost-model choice per round; the default) or 'horizon'")
@@ -67,20 +72,69 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
-def _pick_prompt(args):
-    """The prompt to decode: --prompt text, else prompt --index of --prompt-set (default HumanEval/2).
-    Cheap: reads only the prompt-set file, so bad --prompt-set / --index fail before any model loads."""
+def _indices(text) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise SpecboundError(f"--index must be an integer or a comma-separated list (3,7,9), got {text!r}") from None
+    if not values or min(values) < 0:
+        raise SpecboundError(f"--index must hold integers >= 0, got {text!r}")
+    return values
+
+
+def _read_prompt_file(path: str, kind: str):
+    from pathlib import Path
+
+    from ..assets.prompts import Prompt
+
+    file = Path(path)
+    if not file.is_file():
+        raise SpecboundError(f"--prompt-file {path}: no such file")
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecboundError(f"--prompt-file {path}: cannot read it as UTF-8 text ({exc})") from None
+    prompts = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        text = line
+        if line.lstrip().startswith('"'):
+            try:
+                text = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecboundError(f"--prompt-file {path}, line {n}: not a valid JSON string ({exc})") from None
+        prompts.append(Prompt(id=f"{file.name}:{n}", text=check_text(str(text), f"--prompt-file line {n}"), kind=kind))
+    if not prompts:
+        raise SpecboundError(f"--prompt-file {path} holds no prompt")
+    return prompts
+
+
+def _pick_prompts(args) -> list:
+    """The prompts to decode: --prompt text, --prompt-file, or prompts --index of --prompt-set (default
+    HumanEval/2). Cheap: reads only the prompt file or set, so bad --prompt-set / --index / --prompt-file
+    fail before any model loads. More than one prompt means one batch."""
     from ..assets.prompts import Prompt, load_prompts
 
+    if args.prompt is not None and args.prompt_file is not None:
+        raise SpecboundError("give --prompt or --prompt-file, not both")
     if args.prompt is not None:
-        return Prompt(id="cli", text=check_text(args.prompt, "--prompt"), kind=args.kind)
-    if args.index is None:                 # HumanEval/2 by default; the first prompt of a fallback set
+        return [Prompt(id="cli", text=check_text(args.prompt, "--prompt"), kind=args.kind)]
+    if args.prompt_file is not None:
+        return _read_prompt_file(args.prompt_file, args.kind)
+    indices = _indices(args.index)
+    if indices is None:                    # HumanEval/2 by default; the first prompt of a fallback set
         prompts = load_prompts(args.prompt_set)
-        return prompts[2 if len(prompts) > 2 else 0]
-    try:
-        return load_prompts(args.prompt_set, limit=1, offset=args.index)[0]
-    except SpecboundError as exc:
-        raise SpecboundError(f"--index {args.index}: {exc}") from None
+        return [prompts[2 if len(prompts) > 2 else 0]]
+    out = []
+    for index in indices:
+        try:
+            out.append(load_prompts(args.prompt_set, limit=1, offset=index)[0])
+        except SpecboundError as exc:
+            raise SpecboundError(f"--index {index}: {exc}") from None
+    return out
 
 
 def _gamma(text):
@@ -127,8 +181,13 @@ def run(args) -> int:
     spec = draft_spec_from_args(args)
     if args.max_new_tokens < 1:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    prompt = _pick_prompt(args)
+    prompts = _pick_prompts(args)
     check_precision(args.target_precision)
+    if len(prompts) > 1:                   # a batch: rows of torch models (llama.cpp rows do not exist yet)
+        if args.draft_engine == "llamacpp":
+            raise SpecboundError("several prompts are decoded as one batch, which needs the torch draft: drop "
+                                 "--draft-engine llamacpp (or decode one prompt at a time)")
+        args.draft_engine = "torch"
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     if args.draft_engine == "llamacpp":
         from ..models.llamacpp import load_llama_cpp
@@ -138,6 +197,9 @@ def run(args) -> int:
     with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
         target, draft = load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32,
                                   target_precision=args.target_precision, draft_engine=args.draft_engine)
+    if len(prompts) > 1:
+        return _run_batch(args, target, draft, prompts, sampling, console)
+    prompt = prompts[0]
     text = format_prompt(target.tokenizer, prompt)
     ids = target.tokenizer(text, return_tensors="pt").input_ids
     if ids.shape[1] == 0:
@@ -178,6 +240,96 @@ def run(args) -> int:
     else:
         _print_report(report, console)
     return status
+
+
+def _run_batch(args, target, draft, prompts, sampling, console) -> int:
+    """Several prompts decoded together (``speculative_decode_batch``): a progress bar per request while
+    they run, then each request's text and one table (per request and for the batch)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from ..assets.prompts import format_prompt
+    from ..decoding import BatchInterrupted, autoregressive_decode_batch, speculative_decode_batch
+    from ..models.tokens import stop_token_ids
+
+    tokenizer = target.tokenizer
+    ids = []
+    for prompt in prompts:
+        encoded = tokenizer(format_prompt(tokenizer, prompt), return_tensors="pt").input_ids[0].tolist()
+        if not encoded:
+            raise SpecboundError(f"prompt {prompt.id} tokenizes to nothing")
+        ids.append(encoded)
+    spec = draft_spec_from_args(args)
+    stops = () if args.ignore_eos else stop_token_ids(target)
+    status = 0
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
+                  transient=True) as progress:
+        tasks = [progress.add_task(p.id, total=args.max_new_tokens) for p in prompts]
+
+        def advance(i, new_ids):
+            progress.advance(tasks[i], len(new_ids))
+
+        try:
+            batch = speculative_decode_batch(
+                target, draft, ids, args.max_new_tokens, gamma=spec.gamma, temperature=args.temperature,
+                top_k=args.top_k, top_p=args.top_p, seed=args.seed, tree=spec.tree, tree_drafter=spec.tree_drafter,
+                drafts=spec.drafts, design=spec.design, relaxation=spec.relaxation, verification=spec.verification,
+                stop_token_ids=stops, callback=advance)
+        except BatchInterrupted as stop:
+            batch, status = stop.result, 130
+    baseline = None
+    if args.baseline and status == 0:
+        with console.status("plain batched decoding of the same prompts for comparison…"):
+            baseline = autoregressive_decode_batch(target, ids, [r.metrics.new_tokens for r in batch],
+                                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                                   seed=args.seed)
+    report = {"target": target.name, "draft": draft.name, "target_kernels": f"{target.info.backend}:{target.info.kernels}",
+              "draft_kernels": f"{draft.info.backend}:{draft.info.kernels}", "batch": len(prompts),
+              "interrupted": status != 0, "wall_time": batch.wall_time, "new_tokens": batch.new_tokens,
+              "tokens_per_second": batch.tokens_per_second, "target_passes": batch.target_passes, "requests": []}
+    for i, (prompt, r) in enumerate(zip(prompts, batch)):
+        if r is None:
+            continue
+        m = r.metrics
+        entry = {"prompt_id": prompt.id, "method": r.method, "sampling": r.sampling, "new_tokens": m.new_tokens,
+                 "tau": m.tau, "latency": m.total_time, "text_tokens": r.tokens}
+        if baseline is not None:
+            entry["identical_to_plain"] = baseline[i].tokens == r.tokens
+        report["requests"].append(entry)
+    if baseline is not None:
+        report["plain_tokens_per_second"] = baseline.tokens_per_second
+        report["speedup_vs_plain_batch"] = batch.tokens_per_second / baseline.tokens_per_second
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return status
+    if not args.quiet:
+        for prompt, r in zip(prompts, batch):
+            if r is not None:
+                sys.stdout.write(f"\n=== {prompt.id} ===\n{format_prompt(tokenizer, prompt) if prompt.kind == 'code' else ''}"
+                                 f"{tokenizer.decode(r.tokens, skip_special_tokens=True)}\n")
+    _print_batch_report(report, console)
+    return status
+
+
+def _print_batch_report(r: dict, console) -> None:
+    from rich.table import Table
+
+    first = r["requests"][0] if r["requests"] else {"method": "-", "sampling": "-"}
+    table = Table(title=f"batch of {r['batch']}, {first['method']}: {r['target']} [{r['target_kernels']}] ← "
+                        f"{r['draft']} [{r['draft_kernels']}] ({first['sampling']})")
+    for column in ("request", "new tokens", "τ", "latency s") + (("= plain",) if "speedup_vs_plain_batch" in r else ()):
+        table.add_column(column, justify="left" if column == "request" else "right")
+    for q in r["requests"]:
+        cells = [q["prompt_id"], str(q["new_tokens"]), f"{q['tau']:.2f}", f"{q['latency']:.2f}"]
+        if "identical_to_plain" in q:
+            cells.append("yes" if q["identical_to_plain"] else "no")
+        table.add_row(*cells)
+    console.print(table)
+    line = (f"batch: {r['new_tokens']} tokens in {r['wall_time']:.2f} s = {r['tokens_per_second']:.2f} tokens/s "
+            f"({r['target_passes']} shared target passes)" + ("  (interrupted)" if r["interrupted"] else ""))
+    if "speedup_vs_plain_batch" in r:
+        line += (f"; plain batched decoding {r['plain_tokens_per_second']:.2f} tokens/s → "
+                 f"{r['speedup_vs_plain_batch']:.2f}×")
+    console.print(line)
 
 
 def _report(result, baseline, target, draft, prompt) -> dict:

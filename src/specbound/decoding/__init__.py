@@ -8,6 +8,9 @@ from .drafters import (
     BatchDrafter, ChainDrafter, DraftCache, Drafter, DynamicTreeDrafter, OracleTreeDrafter, RoundFeedback,
     SampledTreeDrafter, TargetLaws, make_tree_drafter,
 )
+from .batch import (
+    BatchDecodeResult, BatchInterrupted, autoregressive_decode_batch, speculative_decode_batch,
+)
 from .engine import (
     DecodeInterrupted, DraftSpec, PlainDrafter, Speculator, autoregressive_decode, make_generator,
     speculative_decode,
@@ -21,6 +24,7 @@ from .verify import (
 )
 
 __all__ = [
+    "BatchDecodeResult", "BatchInterrupted", "autoregressive_decode_batch", "speculative_decode_batch",
     "AcceptanceRule", "BatchDrafter", "ChainDrafter", "DecodeInterrupted", "DecodeMetrics", "DecodeResult",
     "DecodingOPT", "DecodingUNO", "DraftCache", "DraftTree", "Drafter", "DynamicTreeDrafter", "OracleTreeDrafter",
     "PlainDrafter", "RelaxedAcceptance", "RoundFeedback", "RoundRecord", "STANDARD", "SampledTreeDrafter", "SamplingConfig",

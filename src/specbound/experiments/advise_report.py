@@ -51,6 +51,25 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                                  _x(s.measured), fmt(1 + m.oracle.get(P, float("nan")), 2),
                                  _x(m.speed_of_light.get(P)), _x(m.bound_speedup.get(P))]
                                 for P, s in m.tree.items()]), ""]
+    for mode, m in advice.modes.items():
+        if not m.batch:
+            continue
+        lines += [f"## Batched requests ({mode}): total tokens per second per batch size B", "",
+                  "Predicted from the cost curve and the chain's acceptance above (a shared target pass over every "
+                  "request's tokens, shared draft passes; `theory/speedup.py`); measured with "
+                  "`speculative_decode_batch` / `autoregressive_decode_batch` on the held-out prompts (cycled to B "
+                  "requests; wall time, prefill included).", "",
+                  md_table(["B", "plain pred.", "plain meas.", "best γ", "SD pred.", "SD meas.", "SD/plain pred.",
+                            "SD/plain meas.", "speed of light (P)"],
+                           [[str(B), fmt(b.plain, 1), fmt(b.measured_plain, 1), str(b.gamma), fmt(b.speculative, 1),
+                             fmt(b.measured_speculative, 1), _x(b.speedup),
+                             _x(None if b.measured_plain is None or b.measured_speculative is None
+                                else b.measured_speculative / b.measured_plain),
+                             f"{fmt(b.speed_of_light, 1)} ({b.speed_of_light_capacity})"]
+                            for B, b in sorted(m.batch.items())]), "",
+                  "Draft length per batch size for a serving engine (vLLM / SGLang users write this table by hand; "
+                  "0 = do not speculate at that size): `" + ", ".join(f"{B}: {b.gamma}" for B, b in
+                                                                       sorted(m.batch.items())) + "`", ""]
     rows = measured_vs_predicted(advice)
     if rows:
         errors = [abs(r[4] - 1) for r in rows]

@@ -17,6 +17,10 @@ from ..errors import SpecboundError
 __all__ = [
     "CostProfile",
     "accepted_run_lengths",
+    "allocate_batch_nodes",
+    "batch_throughput",
+    "best_batch_gamma",
+    "shared_pass_throughput",
     "best_gamma",
     "expected_speedup",
     "expected_tokens_per_step",
@@ -174,3 +178,89 @@ def speed_of_light_speedup(expected_accepted_by_capacity: dict[int, float], veri
     best = max(expected_accepted_by_capacity,
                key=lambda P: float(round_speedup(expected_accepted_by_capacity[P], 0.0, verify_cost, P + 1)))
     return int(best), float(round_speedup(expected_accepted_by_capacity[best], 0.0, verify_cost, best + 1))
+
+
+# ------------------------------------------------------------------------------------------ batches
+def batch_throughput(alpha, gamma: int, batch: int, draft_cost: CostProfile, verify_cost: CostProfile) -> float:
+    """Total tokens per second of ``batch`` requests decoded together, each drafting a chain of γ
+    (acceptance α per depth) every round: B · E[tokens per round](α, γ) / (γ · d(B) + t(B·(γ + 1))).
+
+    Every target pass reads all B requests' γ + 1 tokens (one shared pass, cost t(B(γ+1))); every
+    draft depth is one shared draft pass over B tokens (d(B)). γ = 0 is plain batched decoding,
+    B / t(B). The tokens per round are Leviathan et al. 2023's 1 + Σ_i Π_{j≤i} α_j
+    (:func:`expected_tokens_per_step`); symmetric requests are assumed (docs/design.md, batched requests).
+    """
+    batch = int(batch)
+    if batch < 1:
+        raise SpecboundError(f"batch must be >= 1, got {batch}")
+    seconds = gamma * float(draft_cost(batch)) + float(verify_cost(batch * (gamma + 1)))
+    return batch * expected_tokens_per_step(alpha, gamma) / seconds
+
+
+def shared_pass_throughput(tokens_per_round, batch: int, draft_seconds, tokens_read_per_request,
+                           verify_cost: CostProfile) -> np.ndarray:
+    """Total tokens per second of ``batch`` symmetric requests that each yield ``tokens_per_round``
+    (1 + E[X]) per round, drafting for ``draft_seconds`` (the batch's shared draft passes) and having
+    the target read ``tokens_read_per_request`` tokens each in ONE shared pass:
+    B · (1 + E[X]) / (draft seconds + t(B · tokens read)). Broadcasts; :func:`batch_throughput` is the
+    chain case with positional acceptance α."""
+    batch = int(batch)
+    if batch < 1:
+        raise SpecboundError(f"batch must be >= 1, got {batch}")
+    tokens = np.asarray(tokens_per_round, dtype=np.float64)
+    return batch * tokens / (np.asarray(draft_seconds, dtype=np.float64)
+                             + verify_cost(batch * np.asarray(tokens_read_per_request)))
+
+
+def best_batch_gamma(alpha, batch: int, draft_cost: CostProfile, verify_cost: CostProfile,
+                     max_gamma: int = 16) -> tuple[int, float]:
+    """The chain length γ (0 = plain batched decoding) with the largest :func:`batch_throughput` at
+    batch size B, and that throughput: the row a per-batch-size table of draft lengths holds."""
+    if max_gamma < 0:
+        raise SpecboundError("max_gamma must be >= 0")
+    rates = [batch_throughput(alpha, g, batch, draft_cost, verify_cost) for g in range(max_gamma + 1)]
+    g = int(np.argmax(rates))
+    return g, float(rates[g])
+
+
+def allocate_batch_nodes(values, verify_cost: CostProfile, pending=None,
+                         draft_seconds_per_node: float = 0.0) -> tuple[list[int], float]:
+    """Share one target pass among B requests: how many drafted nodes each request sends this round.
+
+    ``values[b]`` are request b's candidate nodes' values in the order it would add them, each the
+    probability that the node is accepted (the path probability of a chain position or tree node,
+    Pankratov & Alistarh 2026, §2: a tree's E[X] is the sum of its nodes' values), non-increasing.
+    Giving request b its first n_b nodes yields Σ_b (1 + Σ_{j<n_b} values[b][j]) tokens for one pass
+    over Σ_b (pending_b + n_b) tokens (``pending``: tokens each request must read anyway, default 1)
+    plus ``draft_seconds_per_node`` per node. For a fixed total N the sum of values is largest for the
+    N largest values over all requests (a prefix of each request, the values being non-increasing), so
+    the optimum is found by ranking all candidates best-first and choosing N: the allocation that
+    maximises tokens per second for this model (tested against brute force, tests/test_batched_theory.py).
+    Returns (n_b per request, tokens per second); a request may get 0 nodes.
+    """
+    rows = [np.asarray(v, dtype=np.float64).ravel() for v in values]
+    if not rows:
+        raise SpecboundError("allocate_batch_nodes needs at least one request")
+    for b, v in enumerate(rows):
+        if np.any(~np.isfinite(v)) or np.any(v < 0) or np.any(v > 1):
+            raise SpecboundError(f"request {b}: node values must be probabilities in [0, 1]")
+        if np.any(np.diff(v) > 1e-12):
+            raise SpecboundError(f"request {b}: node values must be non-increasing (best-first order)")
+    if draft_seconds_per_node < 0:
+        raise SpecboundError("draft_seconds_per_node must be >= 0")
+    pending = [1] * len(rows) if pending is None else [int(p) for p in pending]
+    if len(pending) != len(rows) or min(pending) < 0:
+        raise SpecboundError("pending must give a count >= 0 for every request")
+    ranked = sorted(((float(v[j]), b, j) for b, v in enumerate(rows) for j in range(len(v))),
+                    key=lambda c: (-c[0], c[2], c[1]))
+    base_tokens, base_read = float(len(rows)), sum(pending)
+    best_n, best_rate, gained = 0, base_tokens / float(verify_cost(base_read)), 0.0
+    for n, (value, _, _) in enumerate(ranked, start=1):
+        gained += value
+        rate = (base_tokens + gained) / (float(verify_cost(base_read + n)) + n * draft_seconds_per_node)
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    counts = [0] * len(rows)
+    for _, b, _ in ranked[:best_n]:
+        counts[b] += 1
+    return counts, float(best_rate)

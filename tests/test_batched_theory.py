@@ -1,0 +1,109 @@
+"""Theory of batched requests (theory/speedup.py): the shared-pass throughput and the best-first
+allocation of drafted nodes across requests, checked against brute force on exact Markov chains."""
+import itertools
+
+import numpy as np
+import pytest
+
+from specbound.errors import SpecboundError
+from specbound.theory import MarkovChain
+from specbound.theory.speedup import (
+    CostProfile, allocate_batch_nodes, batch_throughput, best_batch_gamma, expected_tokens_per_step,
+)
+
+# a CPU-like pass: flat to 8 tokens, then rising
+VERIFY = CostProfile((1, 2, 4, 8, 16, 32, 64), (0.100, 0.101, 0.104, 0.110, 0.160, 0.260, 0.470))
+DRAFT = CostProfile((1, 8, 64), (0.030, 0.034, 0.120))
+
+
+def _greedy_chain_values(target: MarkovChain, draft: MarkovChain, context: int, depth: int) -> np.ndarray:
+    """Exact values of a greedy draft chain's nodes at T > 0 (deterministic-tree walk): node j is
+    accepted iff the target samples the draft's arg-max at every depth ≤ j, so its value is the
+    product of the target's probabilities of those tokens."""
+    values, x, v = [], context, 1.0
+    for _ in range(depth):
+        y = int(np.argmax(draft.transitions[x]))
+        v *= float(target.transitions[x, y])
+        values.append(v)
+        x = y
+    return np.array(values)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_best_first_allocation_is_optimal_on_exact_chains(seed):
+    target = MarkovChain.random(6, concentration=0.4, seed=seed)
+    draft = target.perturbed(0.5, seed=seed + 100)
+    contexts, depth = [0, 2, 3, 5], 4
+    values = [_greedy_chain_values(target, draft, c, depth) for c in contexts]
+    c_node = 0.004
+    counts, rate = allocate_batch_nodes(values, VERIFY, draft_seconds_per_node=c_node)
+
+    def throughput(ns):
+        tokens = sum(1 + v[:n].sum() for v, n in zip(values, ns))
+        return tokens / (float(VERIFY(len(ns) + sum(ns))) + c_node * sum(ns))
+
+    brute = max(itertools.product(range(depth + 1), repeat=len(contexts)), key=throughput)
+    assert rate == pytest.approx(throughput(brute), rel=1e-12)
+    assert rate == pytest.approx(throughput(counts), rel=1e-12)
+    assert throughput(counts) >= throughput([0] * len(contexts))
+
+
+def test_allocation_gives_nothing_when_drafts_never_pay():
+    counts, rate = allocate_batch_nodes([[0.01, 0.001], [0.02]], CostProfile((1, 2, 64), (0.1, 0.2, 6.4)))
+    assert counts == [0, 0] and rate == pytest.approx(2 / 0.2)
+
+
+def test_allocation_prefers_the_request_whose_nodes_pay():
+    counts, _ = allocate_batch_nodes([[0.95, 0.9, 0.85, 0.8], [0.2, 0.05, 0.01, 0.001]], VERIFY)
+    assert counts[0] == 4 and counts[1] <= 1
+
+
+def test_batch_throughput_matches_its_formula_and_plain():
+    alpha = [0.8, 0.7, 0.6]
+    for B in (1, 2, 4, 8):
+        assert batch_throughput(0.0, 0, B, DRAFT, VERIFY) == pytest.approx(B / float(VERIFY(B)))
+        expect = B * expected_tokens_per_step(alpha, 3) / (3 * float(DRAFT(B)) + float(VERIFY(4 * B)))
+        assert batch_throughput(alpha, 3, B, DRAFT, VERIFY) == pytest.approx(expect)
+
+
+def test_best_gamma_falls_as_the_batch_grows():
+    gammas = [best_batch_gamma(0.8, B, DRAFT, VERIFY)[0] for B in (1, 2, 4, 8, 16, 32)]
+    assert gammas[0] >= 2 and gammas[-1] == 0
+    assert all(a >= b for a, b in zip(gammas, gammas[1:]))
+
+
+def test_bad_allocation_input():
+    with pytest.raises(SpecboundError, match="non-increasing"):
+        allocate_batch_nodes([[0.2, 0.5]], VERIFY)
+    with pytest.raises(SpecboundError, match="probabilities"):
+        allocate_batch_nodes([[1.5]], VERIFY)
+    with pytest.raises(SpecboundError, match="batch must be"):
+        batch_throughput(0.5, 2, 0, DRAFT, VERIFY)
+
+
+def test_advise_batch_prediction_and_table():
+    from specbound.advise import AdviseConfig, Advice, ModeAdvice, Setting, batch_advice, batch_table
+    from specbound.theory.speedup import shared_pass_throughput
+
+    # chain settings as advise measures them: E[tokens/round] and draft seconds per round at B = 1
+    chain = {g: Setting("chain", g, expected_tokens_per_step(0.8, g), g * float(DRAFT(1)), g + 1, 0.0)
+             for g in range(1, 9)}
+    oracle = {P: min(P, 3.0) for P in (1, 2, 4, 8, 16)}
+    advice = {}
+    for B in (1, 4, 32):
+        b = batch_advice(B, chain, oracle, VERIFY, DRAFT)
+        assert b.plain == pytest.approx(B / float(VERIFY(B)))
+        if b.gamma:
+            s = chain[b.gamma]
+            assert b.speculative == pytest.approx(float(shared_pass_throughput(
+                s.expected_tokens, B, s.draft_seconds * float(DRAFT(B)) / float(DRAFT(1)), b.gamma + 1, VERIFY)))
+            assert b.speculative > b.plain
+        else:
+            assert b.speculative == b.plain
+        assert b.speed_of_light >= b.speculative * 0.999 or b.gamma == 0
+        advice[B] = b
+    assert advice[1].gamma >= advice[4].gamma >= advice[32].gamma
+    assert advice[32].gamma == 0            # 32 requests fill the pass: speculation no longer pays
+    mode = ModeAdvice("greedy", [0.8], chain, {}, batch=advice)
+    full = Advice(AdviseConfig(batches=(1, 4, 32)), {}, {}, 1.0, 2.0, {"greedy": mode})
+    assert batch_table(full) == {1: advice[1].gamma, 4: advice[4].gamma, 32: 0}
