@@ -272,3 +272,21 @@ def test_generate_decodes_several_prompts_as_one_batch(hf_pair, monkeypatch, cap
     assert report["batch"] == 3 and len(report["requests"]) == 3
     assert all(q["new_tokens"] == 9 and q["identical_to_plain"] for q in report["requests"])
     assert report["tokens_per_second"] > 0 and report["target_passes"] >= 1
+
+
+def test_bench_batch_study_on_tiny_models(hf_pair):
+    from specbound.experiments.batched import BatchedConfig, markdown, run_batched
+
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
+    config = BatchedConfig("tiny", 0, 4, 6, (1, 2, 4), ("auto", 2), hf_generate=False)
+    result = run_batched(target, draft, prompts, ["a", "b", "c", "d"], config)
+    assert {(r.batch, r.method) for r in result.rows} == {(B, m) for B in (1, 2, 4)
+                                                          for m in ("plain", "sd γ=auto", "sd γ=2")}
+    for r in result.rows:
+        assert r.requests == 4 and r.identical == 4          # greedy: every request as plain decoding alone
+        assert r.tokens_per_second > 0
+        assert (r.predicted is not None) == (r.method in ("plain", "sd γ=2"))
+    assert result.alpha is not None
+    text = markdown(result, "specbound bench --batch 1,2,4")
+    assert "| 4 | sd γ=2 |" in text and "batch_throughput" in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import SpecboundError
-from .arguments import at_least, name_list
+from .arguments import at_least, int_list, name_list
 
 HELP = ("specbound vs HF generate / assisted (fp32 and the same int8 draft) / prompt lookup, on held-out "
         "prompts, interleaved in one process")
@@ -40,6 +40,12 @@ def add_arguments(p) -> None:
     p.add_argument("--verify-cost", action="store_true",
                    help="instead: t(k)/t(1) of the target for k = 1..64, eager vs prepacked, with repeats and spread")
     p.add_argument("--repeats", type=int, default=5, help="repeats per k for --verify-cost (median and spread)")
+    p.add_argument("--batch", default=None, type=int_list(minimum=1), metavar="B,B,…",
+                   help="instead: batched requests at these batch sizes (e.g. 1,2,4,8): total tok/s and latency of "
+                        "speculative decoding vs plain batched decoding on the same target, HF generate with a "
+                        "padded batch, llama.cpp plain one request at a time; greedy, --max-new-tokens each")
+    p.add_argument("--gammas", default="auto,4",
+                   help="with --batch: the draft lengths to run (comma list of integers and 'auto')")
     p.add_argument("--contention", action="store_true",
                    help="instead: slowdown of plain and speculative decoding beside one CPU hog, per OpenMP wait "
                         "policy (PASSIVE, ACTIVE) and torch threads (2, 1)")
@@ -60,8 +66,13 @@ def run(args) -> int:
 
         load_llama_cpp()                    # not installed: the error names the install command, before loading
     out = check_output_dir(args.out)
-    if args.verify_cost and args.contention:
-        raise SpecboundError("--verify-cost and --contention are separate benchmarks: pick one")
+    if sum(map(bool, (args.verify_cost, args.contention, args.batch))) > 1:
+        raise SpecboundError("--verify-cost, --contention and --batch are separate benchmarks: pick one")
+    if args.batch:
+        gammas = _gammas(args.gammas)
+        prompts = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
+        configure_threads(args.threads)
+        return _batched(args, gammas, prompts, out)
     if args.contention:
         load_prompts(args.prompt_set, limit=1, offset=args.offset)      # a bad set/offset fails here, cheaply
         return _contention(args, out)
@@ -72,6 +83,56 @@ def run(args) -> int:
     config = BenchConfig(args.prompt_set, args.offset, len(prompts), args.max_new_tokens, modes, methods, args.seed,
                          args.seeds)
     return _bench(args, config, prompts, out)
+
+
+def _gammas(text: str) -> tuple:
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if part == "auto":
+            out.append("auto")
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise SpecboundError(f"--gammas: each entry must be an integer >= 1 or 'auto', got {part!r}")
+        out.append(value)
+    if not out:
+        raise SpecboundError("--gammas: give at least one draft length")
+    return tuple(out)
+
+
+def _batched(args, gammas, prompts, out) -> int:
+    import importlib.util
+
+    from rich.console import Console
+
+    from ..assets.models import DEFAULT_TARGET
+    from ..experiments.batched import BatchedConfig, markdown, run_batched
+    from ..experiments.report import to_jsonable, write_json, write_text
+    from ..measure.llm import encode_prompts
+    from ..models.loading import load_gguf_model, load_pair
+
+    console = Console(stderr=True)
+    with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
+        target, draft = load_pair(args.target, args.draft, draft_int8=True, target_precision=args.target_precision,
+                                  draft_engine="torch")
+        llama = None
+        if importlib.util.find_spec("llama_cpp") is not None:
+            llama = load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
+    config = BatchedConfig(args.prompt_set, args.offset, len(prompts), args.max_new_tokens, tuple(args.batch), gammas)
+    with console.status("batched requests…") as status:
+        result = run_batched(target, draft, encode_prompts(target, prompts), [p.id for p in prompts], config, llama,
+                             progress=lambda text: status.update(f"batched requests: {text}"))
+    text = markdown(result, "specbound bench " + " ".join(sys.argv[2:]))
+    stem = f"batched-{args.prompt_set}"
+    write_json(to_jsonable(result), out / f"{stem}.json")
+    write_text(out / f"{stem}.md", text)
+    print(text)
+    print(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}", file=sys.stderr)
+    return 0
 
 
 def _verify_cost(args, out) -> int:

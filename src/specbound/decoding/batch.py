@@ -25,6 +25,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import torch
+
 from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
 from ..models.rows import PassRecord, PassScheduler
@@ -196,6 +198,9 @@ def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_draf
 
     def work(i: int) -> None:
         nonlocal interrupted
+        # this thread's own torch work is small (sampling, verification): one OpenMP thread, so no second
+        # team spins beside the serving thread's (torch's thread count is per OpenMP thread)
+        torch.set_num_threads(1)
         try:
             each = None if callback is None else (lambda tokens, i=i: callback(i, tokens))
             results[i] = engines[i].run(prompts[i], budgets[i], callback=each)
@@ -214,15 +219,13 @@ def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_draf
     for th in threads:
         th.start()
     try:
-        while any(th.is_alive() for th in threads):
-            for th in threads:
-                th.join(0.05)
+        scheduler.serve()                # every shared pass runs here, in the caller's thread
     except KeyboardInterrupt:
         stop.set()
         scheduler.stop()
-        for th in threads:
-            th.join()
         interrupted = True
+    for th in threads:
+        th.join()
     out = BatchDecodeResult(results, time.perf_counter() - t0, scheduler.passes, interrupted)
     failed = [(i, e) for i, e in enumerate(errors) if e is not None]
     if failed:

@@ -97,12 +97,29 @@ def costs_file() -> Path:
     return cache_root() / "costs.json"
 
 
+def machine_name() -> str:
+    """The CPU model (first ``model name`` of /proc/cpuinfo, else the platform's processor string): a
+    cost curve measured on one kind of machine must not price decoding on another."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def cost_key(target, draft) -> str | None:
-    """Key from the models' content identities, kernels and thread count; None = never cached."""
+    """Key from the models' content identities, kernels, the CPU model and the thread count; None =
+    never cached."""
     models = [target] + ([draft] if draft is not None else [])
     if any(m.info.identity is None for m in models):
         return None
-    parts = [f"{m.info.identity}:{m.info.kernels}" for m in models] + [f"threads={torch.get_num_threads()}"]
+    parts = [f"{m.info.identity}:{m.info.kernels}" for m in models] + [f"cpu={machine_name()}",
+                                                                        f"threads={torch.get_num_threads()}"]
     return "|".join(parts)
 
 

@@ -3,8 +3,9 @@
 Batched decoding runs one decoding loop per request (the same loop as for one request, in a thread
 of its own), each on its own *rows* of the target and draft (:meth:`LanguageModel.fork`: the same
 weights, a cache of its own). A row that can share passes (``models/static.py``) hands its read to
-the scheduler instead of running it; when EVERY live request is waiting on a read, the scheduler runs
-one group of them as ONE pass (:func:`~specbound.models.static.read_rows`) and wakes their threads.
+the scheduler instead of running it; when EVERY live request is waiting on a read, the serving thread
+(the caller's, :meth:`PassScheduler.serve`) runs one group of them as ONE pass
+(:func:`~specbound.models.static.read_rows`) and wakes their threads.
 
 Which group runs first: the one of lowest ``priority`` (the draft's rows), so that the target's reads
 gather while the draft finishes — the round's verification is then one target pass over every
@@ -58,30 +59,41 @@ class PassScheduler:
         self.stopping = False
 
     def submit(self, run, read, group, priority: int = 1):
-        """Wait until ``read`` has been run in a shared pass (by whichever thread finds every request
-        waiting) and return its result. Raises KeyboardInterrupt once :meth:`stop` was called."""
+        """(A request's thread.) Wait until ``read`` has been run in a shared pass by the serving
+        thread and return its result. Raises KeyboardInterrupt once :meth:`stop` was called."""
         call = _Call(run, read, group, priority)
         with self._cond:
             if self.stopping:
                 raise KeyboardInterrupt
             self._waiting.append(call)
+            self._cond.notify_all()
             while not call.done:
                 if self.stopping:
                     self._waiting.remove(call)
                     raise KeyboardInterrupt
-                if len(self._waiting) >= self.live:
-                    self._run_one_group()
-                else:
-                    self._cond.wait()
+                self._cond.wait()
         if call.error is not None:
             raise call.error
         return call.result
+
+    def serve(self) -> None:
+        """(The caller's thread, while the requests run.) Whenever every live request waits on a read,
+        run one group as one pass; return when no request is left. All passes run in THIS thread, so the
+        process keeps one OpenMP thread team (a pass run from a request's thread would start a team of
+        its own, and idle teams spinning beside the working one slowed decoding by ~25% here)."""
+        with self._cond:
+            while self.live > 0:
+                if self._waiting and len(self._waiting) >= self.live and not self.stopping:
+                    self._run_one_group()
+                else:
+                    self._cond.wait(0.05)      # a timeout keeps Ctrl-C deliverable to this thread
 
     def _run_one_group(self) -> None:
         """(Lock held, every live request waiting.) Run the lowest-priority group as one pass."""
         first = min(self._waiting, key=lambda c: c.priority)
         group = [c for c in self._waiting if c.group == first.group and c.priority == first.priority]
         t0 = time.perf_counter()
+        interrupted = None
         try:
             results = first.run([c.read for c in group])
             for c, r in zip(group, results):
@@ -89,12 +101,16 @@ class PassScheduler:
         except BaseException as exc:     # noqa: BLE001 - handed to every request of the pass
             for c in group:
                 c.error = exc
+            if isinstance(exc, KeyboardInterrupt):
+                interrupted = exc
         tokens = sum(int(getattr(c.read, "tokens").shape[1]) for c in group if hasattr(c.read, "tokens"))
         self.passes.append(PassRecord(first.priority, len(group), tokens, time.perf_counter() - t0))
         for c in group:
             c.done = True
             self._waiting.remove(c)
         self._cond.notify_all()
+        if interrupted is not None:
+            raise interrupted
 
     def leave(self) -> None:
         """A request thread ends: one fewer to wait for."""

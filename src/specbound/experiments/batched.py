@@ -1,0 +1,205 @@
+"""`specbound bench --batch 1,2,4,8`: batched requests on a real pair, per batch size B.
+
+Total tokens per second and per-request latency of speculative decoding of B requests together
+(``speculative_decode_batch``) against plain batched decoding on the SAME target
+(``autoregressive_decode_batch``) and Hugging Face ``generate`` with a left-padded batch of B on the same
+target modules; and, as the reference a CPU user runs today, llama.cpp plain decoding of the target's
+GGUF, one request after another (llama.cpp rows of a batch are not built in specbound). The held-out
+prompts are decoded in groups of B, every method on every group, in an order rotated per group, in one
+process; every request decodes exactly ``tokens`` new tokens (no stop token), so all methods do the same
+work. Greedy: each request's tokens are compared with plain decoding of the same request alone.
+
+Next to each measurement: the theory's prediction (``theory/speedup.py``, ``batch_throughput``) from a
+cost curve measured in the same run and the per-depth acceptance the fixed-γ chain showed on the
+requests decoded alone (B = 1). A benchmark: it reports, it asserts nothing.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..decoding.batch import autoregressive_decode_batch, speculative_decode_batch
+from ..decoding.costs import measure_costs
+from ..decoding.engine import autoregressive_decode
+from ..theory.speedup import batch_throughput
+from .report import fmt, md_table
+
+__all__ = ["BatchedConfig", "BatchedResult", "markdown", "run_batched"]
+
+LLAMACPP = "llama.cpp plain, one request after another"
+
+
+@dataclass
+class BatchedConfig:
+    prompt_set: str = "humaneval"
+    offset: int = 10
+    n_prompts: int = 8
+    tokens: int = 64
+    batches: tuple[int, ...] = (1, 2, 4, 8)
+    gammas: tuple = ("auto", 4)
+    hf_generate: bool = True
+
+
+@dataclass
+class BatchedRow:
+    """One method at one batch size, over all groups."""
+
+    batch: int
+    method: str
+    tokens_per_second: float
+    group_rate_min: float
+    group_rate_max: float
+    latency_mean: float
+    tau: float
+    drafted_per_round: float
+    identical: int
+    requests: int
+    predicted: float | None = None
+
+
+@dataclass
+class BatchedResult:
+    config: BatchedConfig
+    target: str
+    draft: str
+    prompts: list[str]
+    threads: int
+    costs: dict
+    alpha: list[float] | None
+    rows: list[BatchedRow]
+    runs: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _hf_generate(target, group_ids, tokens):
+    """Hugging Face ``generate`` on a left-padded batch: (seconds, per-request new tokens)."""
+    tok = target.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    width = max(len(ids) for ids in group_ids)
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in group_ids])
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in group_ids])
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = target.model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=tokens,
+                                    min_new_tokens=tokens, do_sample=False, pad_token_id=pad)
+    return time.perf_counter() - t0, [row[width:].tolist() for row in out]
+
+
+def _run_method(method, target, draft, llama, group_ids, tokens):
+    """(wall seconds, target passes, per-request dicts) of one method on one group."""
+    if method == "hf-generate":
+        seconds, outs = _hf_generate(target, group_ids, tokens)
+        return seconds, tokens, [{"tokens": o, "latency": seconds, "tau": 1.0, "drafted": 0.0} for o in outs]
+    if method == LLAMACPP:
+        rows, wall = [], 0.0
+        for ids in group_ids:
+            r = autoregressive_decode(llama, ids, tokens, temperature=0)
+            wall += r.metrics.total_time
+            rows.append({"tokens": r.tokens, "latency": wall, "tau": 1.0, "drafted": 0.0})
+        return wall, len(group_ids) * tokens, rows
+    if method == "plain":
+        res = autoregressive_decode_batch(target, group_ids, tokens, temperature=0)
+    else:
+        g = method.split("=", 1)[1]
+        res = speculative_decode_batch(target, draft, group_ids, tokens, gamma=g if g == "auto" else int(g),
+                                       temperature=0)
+    rows = [{"tokens": r.tokens, "latency": r.metrics.total_time, "tau": r.metrics.tau,
+             "drafted": statistics.fmean(r.metrics.drafted_per_step) if r.metrics.drafted_per_step else 0.0,
+             "acceptance": r.metrics.acceptance_per_position[:8]} for r in res]
+    return res.wall_time, res.target_passes, rows
+
+
+def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[str], config: BatchedConfig,
+                llama=None, progress=None) -> BatchedResult:
+    """Measure every method at every batch size (see the module docstring). ``llama``: the target's GGUF
+    on llama.cpp (a :class:`~specbound.models.llamacpp.LlamaCppModel`) for the reference row, or None."""
+    t_start = time.perf_counter()
+    costs = measure_costs(target, draft, repeats=5)            # this machine, now
+    methods = ["plain"] + [f"sd γ={g}" for g in config.gammas] + (["hf-generate"] if config.hf_generate else [])
+    warm = [prompt_ids[0][:16], prompt_ids[-1][:12]]
+    for method in methods:                                      # warm-up: every method once, short
+        _run_method(method, target, draft, llama, warm, 4)
+    runs = []
+    for B in config.batches:
+        groups = [list(range(i, min(i + B, len(prompt_ids)))) for i in range(0, len(prompt_ids), B)]
+        every = methods + ([LLAMACPP] if llama is not None and B == config.batches[0] else [])
+        for gi, group in enumerate(groups):
+            order = every[gi % len(every):] + every[:gi % len(every)]
+            for method in order:
+                wall, passes, rows = _run_method(method, target, draft, llama, [prompt_ids[i] for i in group],
+                                                 config.tokens)
+                for i, row in zip(group, rows):
+                    row["prompt"] = prompt_names[i]
+                runs.append({"B": B, "group": gi, "method": method, "wall": wall, "target_passes": passes,
+                             "new_tokens": sum(len(r["tokens"]) for r in rows), "requests": rows})
+            if progress is not None:
+                progress(f"B={B}: group {gi + 1}/{len(groups)} ({time.perf_counter() - t_start:.0f} s)")
+    alone = {q["prompt"]: q["tokens"] for r in runs if r["method"] == "plain" and r["B"] == config.batches[0]
+             for q in r["requests"]}
+    fixed = [g for g in config.gammas if g != "auto"]
+    alpha = None
+    if fixed and 1 in config.batches:
+        acc = [q["acceptance"] for r in runs if r["B"] == 1 and r["method"] == f"sd γ={fixed[0]}" for q in r["requests"]]
+        depth = max((len(a) for a in acc), default=0)
+        alpha = [statistics.fmean([a[i] for a in acc if len(a) > i and a[i] == a[i]] or [0.0]) for i in range(depth)]
+    rows = []
+    for B in config.batches:
+        for method in methods + ([LLAMACPP] if llama is not None and B == config.batches[0] else []):
+            sel = [r for r in runs if r["B"] == B and r["method"] == method]
+            reqs = [q for r in sel for q in r["requests"]]
+            rates = [r["new_tokens"] / r["wall"] for r in sel]
+            predicted = None
+            if method == "plain":
+                predicted = batch_throughput(0.0, 0, B, costs.draft, costs.target)
+            elif alpha and method.startswith("sd γ=") and method != "sd γ=auto":
+                predicted = batch_throughput(alpha, int(method.split("=")[1]), B, costs.draft, costs.target)
+            rows.append(BatchedRow(B, method, sum(r["new_tokens"] for r in sel) / sum(r["wall"] for r in sel),
+                                   min(rates), max(rates), statistics.fmean(q["latency"] for q in reqs),
+                                   statistics.fmean(q["tau"] for q in reqs),
+                                   statistics.fmean(q["drafted"] for q in reqs),
+                                   sum(q["tokens"] == alone.get(q["prompt"]) for q in reqs), len(reqs), predicted))
+    ks = list(costs.target.ks)
+    return BatchedResult(config, f"{target.name} ({target.info.kernels})", f"{draft.name} ({draft.info.kernels})",
+                         list(prompt_names), torch.get_num_threads(),
+                         {"ks": ks, "target_ms": [1e3 * s for s in costs.target.seconds],
+                          "target_spread": costs.target_spread, "draft_ms": [1e3 * s for s in costs.draft.seconds],
+                          "draft_spread": costs.draft_spread},
+                         alpha, rows, runs, time.perf_counter() - t_start)
+
+
+def markdown(result: BatchedResult, command: str = "") -> str:
+    c = result.config
+    lines = [f"# Batched requests — {c.prompt_set} ({time.strftime('%Y-%m-%d')})", ""]
+    if command:
+        lines += [f"`{command}`", ""]
+    lines += [f"Target {result.target}; draft {result.draft}; greedy; {c.tokens} new tokens per request (no stop "
+              f"token); {len(result.prompts)} held-out prompts ({result.prompts[0]} … {result.prompts[-1]}) decoded "
+              f"in groups of B, methods interleaved per group in a rotated order, one process, torch threads "
+              f"{result.threads}; {result.seconds:.0f} s in all. Throughput = all new tokens / summed wall time of "
+              "the groups (each group starts from its prompts: prefill included); range = slowest–fastest group; "
+              "latency = mean per-request time from its first prefill to its last token (HF generate: the batch's "
+              "time; llama.cpp one at a time: the time until that request is served); identical = requests whose "
+              f"tokens equal plain decoding of the request at B = {c.batches[0]}.", ""]
+    table = []
+    for B in c.batches:
+        plain = next(r for r in result.rows if r.batch == B and r.method == "plain").tokens_per_second
+        for r in (x for x in result.rows if x.batch == B):
+            table.append([str(B), r.method, fmt(r.tokens_per_second, 2), f"{r.group_rate_min:.1f}–{r.group_rate_max:.1f}",
+                          f"{r.tokens_per_second / plain:.2f}×", fmt(r.latency_mean, 2), fmt(r.tau, 2),
+                          fmt(r.drafted_per_round, 2), f"{r.identical}/{r.requests}", fmt(r.predicted, 2)])
+    lines += [md_table(["B", "method", "tok/s total", "group range", "× plain (same B)", "latency s", "τ",
+                        "drafted/round", "identical", "predicted tok/s"], table), ""]
+    cs = result.costs
+    at = {k: (t, d) for k, t, d in zip(cs["ks"], cs["target_ms"], cs["draft_ms"])}
+    lines += ["Cost curve measured in this run (median of 5): " + ", ".join(
+        f"t({k}) = {at[k][0]:.1f} ms" for k in (1, 2, 4, 8, 16, 32) if k in at) + "; " + ", ".join(
+        f"d({k}) = {at[k][1]:.1f} ms" for k in (1, 2, 4, 8) if k in at) + ".", ""]
+    if result.alpha:
+        lines += ["Prediction (`theory/speedup.py`, `batch_throughput`): plain B / t(B); a chain of γ "
+                  "B · (1 + Σ_i Π_{j≤i} α_j) / (γ · d(B) + t(B(γ + 1))), with the per-depth greedy acceptance α "
+                  "of the fixed-γ chain on the requests alone (B = 1): " + ", ".join(f"{a:.2f}" for a in result.alpha)
+                  + ". It leaves out the round's fixed Python work (drafting logic, verification, scheduling).", ""]
+    return "\n".join(lines) + "\n"
