@@ -50,6 +50,7 @@ class BatchedRow:
     batch: int
     method: str
     tokens_per_second: float
+    decode_tokens_per_second: float      # prefill left out (the rate the prediction describes)
     group_rate_min: float
     group_rate_max: float
     latency_mean: float
@@ -91,14 +92,18 @@ def _hf_generate(target, group_ids, tokens):
 def _run_method(method, target, draft, llama, group_ids, tokens):
     """(wall seconds, target passes, per-request dicts) of one method on one group."""
     if method == "hf-generate":
+        first, _ = _hf_generate(target, group_ids, 1)        # prefill + one step: the prefill's share
         seconds, outs = _hf_generate(target, group_ids, tokens)
-        return seconds, tokens, [{"tokens": o, "latency": seconds, "tau": 1.0, "drafted": 0.0} for o in outs]
+        prefill = max(first - (seconds - first) / max(tokens - 1, 1), 0.0)
+        return seconds, tokens, [{"tokens": o, "latency": seconds, "tau": 1.0, "drafted": 0.0, "prefill": prefill}
+                                 for o in outs]
     if method == LLAMACPP:
         rows, wall = [], 0.0
         for ids in group_ids:
             r = autoregressive_decode(llama, ids, tokens, temperature=0)
             wall += r.metrics.total_time
-            rows.append({"tokens": r.tokens, "latency": wall, "tau": 1.0, "drafted": 0.0})
+            rows.append({"tokens": r.tokens, "latency": wall, "tau": 1.0, "drafted": 0.0,
+                         "prefill": r.metrics.prefill_time})
         return wall, len(group_ids) * tokens, rows
     if method == "plain":
         res = autoregressive_decode_batch(target, group_ids, tokens, temperature=0)
@@ -108,8 +113,15 @@ def _run_method(method, target, draft, llama, group_ids, tokens):
                                        temperature=0)
     rows = [{"tokens": r.tokens, "latency": r.metrics.total_time, "tau": r.metrics.tau,
              "drafted": statistics.fmean(r.metrics.drafted_per_step) if r.metrics.drafted_per_step else 0.0,
-             "acceptance": r.metrics.acceptance_per_position[:8]} for r in res]
+             "acceptance": r.metrics.acceptance_per_position[:8], "prefill": r.metrics.prefill_time} for r in res]
     return res.wall_time, res.target_passes, rows
+
+
+def _prefill_seconds(run: dict) -> float:
+    """The prefill's share of a group's wall time: one request after another (llama.cpp) sums them; a
+    batch's requests prefill together at the start, so the last one to finish its prefill ends it."""
+    prefill = [q.get("prefill", 0.0) for q in run["requests"]]
+    return sum(prefill) if run["method"] == LLAMACPP else max(prefill)
 
 
 def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[str], config: BatchedConfig,
@@ -156,8 +168,9 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
                 predicted = batch_throughput(0.0, 0, B, costs.draft, costs.target)
             elif alpha and method.startswith("sd γ=") and method != "sd γ=auto":
                 predicted = batch_throughput(alpha, int(method.split("=")[1]), B, costs.draft, costs.target)
+            decode_wall = sum(r["wall"] - _prefill_seconds(r) for r in sel)
             rows.append(BatchedRow(B, method, sum(r["new_tokens"] for r in sel) / sum(r["wall"] for r in sel),
-                                   min(rates), max(rates), statistics.fmean(q["latency"] for q in reqs),
+                                   sum(r["new_tokens"] for r in sel) / decode_wall, min(rates), max(rates), statistics.fmean(q["latency"] for q in reqs),
                                    statistics.fmean(q["tau"] for q in reqs),
                                    statistics.fmean(q["drafted"] for q in reqs),
                                    sum(q["tokens"] == alone.get(q["prompt"]) for q in reqs), len(reqs), predicted))
@@ -178,20 +191,25 @@ def markdown(result: BatchedResult, command: str = "") -> str:
     lines += [f"Target {result.target}; draft {result.draft}; greedy; {c.tokens} new tokens per request (no stop "
               f"token); {len(result.prompts)} held-out prompts ({result.prompts[0]} … {result.prompts[-1]}) decoded "
               f"in groups of B, methods interleaved per group in a rotated order, one process, torch threads "
-              f"{result.threads}; {result.seconds:.0f} s in all. Throughput = all new tokens / summed wall time of "
-              "the groups (each group starts from its prompts: prefill included); range = slowest–fastest group; "
+              f"{result.threads}; {result.seconds:.0f} s in all. Throughput (tok/s total) = all new tokens / summed "
+              "wall time of the groups (each group starts from its prompts: prefill included, as a server sees it); "
+              "decode tok/s leaves each group's prefill out (a batch: until its last request has read its prompt; "
+              "HF generate: estimated from a one-token generate of the same batch), which is what the prediction "
+              "describes; range = slowest–fastest group (total); "
               "latency = mean per-request time from its first prefill to its last token (HF generate: the batch's "
               "time; llama.cpp one at a time: the time until that request is served); identical = requests whose "
               f"tokens equal plain decoding of the request at B = {c.batches[0]}.", ""]
     table = []
     for B in c.batches:
-        plain = next(r for r in result.rows if r.batch == B and r.method == "plain").tokens_per_second
+        plain = next(r for r in result.rows if r.batch == B and r.method == "plain")
         for r in (x for x in result.rows if x.batch == B):
             table.append([str(B), r.method, fmt(r.tokens_per_second, 2), f"{r.group_rate_min:.1f}–{r.group_rate_max:.1f}",
-                          f"{r.tokens_per_second / plain:.2f}×", fmt(r.latency_mean, 2), fmt(r.tau, 2),
-                          fmt(r.drafted_per_round, 2), f"{r.identical}/{r.requests}", fmt(r.predicted, 2)])
-    lines += [md_table(["B", "method", "tok/s total", "group range", "× plain (same B)", "latency s", "τ",
-                        "drafted/round", "identical", "predicted tok/s"], table), ""]
+                          f"{r.tokens_per_second / plain.tokens_per_second:.2f}×", fmt(r.decode_tokens_per_second, 2),
+                          f"{r.decode_tokens_per_second / plain.decode_tokens_per_second:.2f}×", fmt(r.predicted, 2),
+                          fmt(r.latency_mean, 2), fmt(r.tau, 2), fmt(r.drafted_per_round, 2),
+                          f"{r.identical}/{r.requests}"])
+    lines += [md_table(["B", "method", "tok/s total", "group range", "× plain", "decode tok/s", "× plain (decode)",
+                        "predicted decode tok/s", "latency s", "τ", "drafted/round", "identical"], table), ""]
     cs = result.costs
     at = {k: (t, d) for k, t, d in zip(cs["ks"], cs["target_ms"], cs["draft_ms"])}
     lines += ["Cost curve measured in this run (median of 5): " + ", ".join(
