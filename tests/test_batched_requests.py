@@ -125,6 +125,8 @@ def test_every_target_pass_holds_every_live_request(hf_pair):
     assert all(a.rows >= b.rows for a, b in zip(target_passes, target_passes[1:]))
     assert batch.target_passes == len(target_passes)
     assert batch.new_tokens == sum(budgets) and batch.tokens_per_second > 0
+    assert 0 < batch.prefill_time < batch.wall_time
+    assert batch.decode_tokens_per_second > batch.tokens_per_second
 
 
 def test_plain_batched_decoding_equals_plain_decoding(hf_pair):

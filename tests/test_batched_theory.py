@@ -107,3 +107,34 @@ def test_advise_batch_prediction_and_table():
     mode = ModeAdvice("greedy", [0.8], chain, {}, batch=advice)
     full = Advice(AdviseConfig(batches=(1, 4, 32)), {}, {}, 1.0, 2.0, {"greedy": mode})
     assert batch_table(full) == {1: advice[1].gamma, 4: advice[4].gamma, 32: 0}
+
+
+def test_a_cost_curve_never_falls_beyond_its_last_point():
+    noisy = CostProfile((1, 32, 64), (0.1, 0.5, 0.4))          # a noisy last point
+    assert float(noisy(128)) == pytest.approx(0.4)
+    assert float(noisy(640)) > 0
+
+
+def test_batch_draft_length_is_one_length_per_round_and_falls_back_to_plain():
+    from types import SimpleNamespace
+
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    cheap = CostMeasurement(VERIFY, DRAFT)
+    policy = BatchDraftLength(cheap, live=lambda: 2, start=3)
+    assert policy.gamma_for_round(1) == 3                       # nothing observed yet: the start length
+    for _ in range(40):
+        policy.observe(3, 3)                                    # every drafted token accepted
+    g = policy.gamma_for_round(2)
+    assert g >= 3 and policy.gamma_for_round(2) == g            # fixed for the round once asked
+    # drafts that are never accepted never pay: plain batched decoding, with a γ = 1 probe now and then
+    policy = BatchDraftLength(cheap, live=lambda: 4, start=2, explore_every=16)
+    for _ in range(40):
+        policy.observe(2, 0)
+    assert [policy.gamma_for_round(r) for r in (2, 3, 15)] == [0, 0, 0] and policy.gamma_for_round(16) == 1
+    # the batch's measured passes rescale the curves: a target pass twice its curve shifts the choice
+    slow_target = [SimpleNamespace(priority=1, tokens=8, seconds=2 * float(VERIFY(8)))] * 5
+    policy = BatchDraftLength(cheap, passes=lambda: slow_target, live=lambda: 2)
+    policy.observe(2, 2)
+    assert policy._ratio(1, VERIFY) == pytest.approx(2.0) and policy._ratio(0, DRAFT) == 1.0

@@ -268,8 +268,8 @@ def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float]
 # ----------------------------------------------------------------------------------------------- check
 def measure_batches(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int) -> None:
     """Run plain batched decoding and the advised chain at every batch size on the held-out prompts
-    (cycled to fill B requests) and fill the measured total tokens per second (wall time of the batch,
-    prefill included, as a server sees it)."""
+    (cycled to fill B requests) and fill the measured total tokens per second after the prefill (as
+    predicted; the prefill is the same work with or without speculation, bar the draft's)."""
     from .decoding.batch import autoregressive_decode_batch, speculative_decode_batch
 
     if not prompt_ids:
@@ -279,13 +279,13 @@ def measure_batches(target, draft, advice: Advice, prompt_ids: list[list[int]], 
         for B, b in m.batch.items():
             prompts = [prompt_ids[i % len(prompt_ids)] for i in range(B)]
             plain = autoregressive_decode_batch(target, prompts, tokens, temperature=sampling.temperature, seed=0)
-            b.measured_plain = plain.tokens_per_second
+            b.measured_plain = plain.decode_tokens_per_second
             if b.gamma == 0:
                 b.measured_speculative = b.measured_plain
                 continue
             sd = speculative_decode_batch(target, draft, prompts, tokens, gamma=b.gamma,
                                           temperature=sampling.temperature, seed=0)
-            b.measured_speculative = sd.tokens_per_second
+            b.measured_speculative = sd.decode_tokens_per_second
 
 
 def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int, progress=None) -> None:

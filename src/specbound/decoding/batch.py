@@ -14,10 +14,13 @@ requests finish independently and the batch shrinks as they do; a request's outp
 the same request decoded alone, whatever shares its passes (per-request χ² and identity tests,
 ``tests/test_batch_decoding.py``).
 
-Sizing: with ``gamma="auto"`` / ``tree="auto"`` every request sizes its own draft against the cost
-of the SHARED pass: its prior is t_B(k) = t(B·k), d_B(k) = d(B·k) (when all B requests send k
-tokens, the pass reads B·k), corrected online by the passes it actually waits for
-(:func:`batch_cost_prior`); a request may draft nothing in a round.
+Sizing: ``gamma="auto"`` gives the whole batch ONE chain length per round
+(:class:`~specbound.decoding.policy.BatchDraftLength`: the γ of best predicted total throughput from
+the pooled acceptance and the batch's measured passes, 0 = plain batched decoding), because a round
+lasts as long as its longest draft. ``tree="auto"`` sizes each request's tree against the cost of the
+SHARED pass: its prior is t_B(k) = t(B·k), d_B(k) = d(B·k) (when all B requests send k tokens, the
+pass reads B·k), corrected online by the passes it waits for (:func:`batch_cost_prior`); a request may
+draft nothing in a round.
 """
 from __future__ import annotations
 
@@ -32,7 +35,9 @@ from ..models.base import LanguageModel, as_token_batch
 from ..models.rows import PassRecord, PassScheduler
 from ..theory.speedup import CostProfile
 from .costs import CostMeasurement, load_or_measure_costs
+from .drafters import ChainDrafter
 from .engine import DecodeInterrupted, DraftSpec, PlainDrafter, Speculator, check_budget, make_generator
+from .policy import BatchDraftLength
 from .result import DecodeResult
 from .sampling import SamplingConfig
 from .verify import STANDARD
@@ -70,6 +75,18 @@ class BatchDecodeResult:
     def tokens_per_second(self) -> float:
         """Total tokens per second of the batch (all requests' new tokens over the wall time)."""
         return self.new_tokens / self.wall_time if self.wall_time > 0 else float("inf")
+
+    @property
+    def prefill_time(self) -> float:
+        """The batch's prefill: requests read their prompts together at the start, so it ends when the
+        last of them has (their own ``metrics.prefill_time``)."""
+        return max((r.metrics.prefill_time for r in self.results if r is not None), default=0.0)
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Total tokens per second after the prefill (the rate ``theory.speedup.batch_throughput`` predicts)."""
+        seconds = self.wall_time - self.prefill_time
+        return self.new_tokens / seconds if seconds > 0 else float("inf")
 
     @property
     def target_passes(self) -> int:
@@ -188,7 +205,7 @@ def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_draf
     scheduler = PassScheduler(live=n)
     target_rows = _rows(target, n, scheduler, priority=1)
     draft_rows = _rows(draft, n, scheduler, priority=0) if draft is not None else [None] * n
-    drafters = [make_drafter(t, d) for t, d in zip(target_rows, draft_rows)]
+    drafters = [make_drafter(t, d, scheduler) for t, d in zip(target_rows, draft_rows)]
     stop = threading.Event()
     engines = [Speculator(t, dr, sampling, rule, stop_token_ids, g, stop=stop)
                for t, dr, g in zip(target_rows, drafters, generators)]
@@ -259,12 +276,19 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     if draft is not None and draft.vocab_size != target.vocab_size:
         raise SpecboundError(f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
                              f"draft {draft.name!r} has {draft.vocab_size}")
-    shared = None
+    n = len(_check_prompts(prompts, target))
+    shared, lengths = None, {}
     if "auto" in (gamma, tree):
-        n = len(_check_prompts(prompts, target))
-        shared = batch_cost_prior(load_or_measure_costs(target, draft), n)
+        measurement = load_or_measure_costs(target, draft)
+        shared = batch_cost_prior(measurement, n)
+    joint = gamma == "auto" and tree is None and (drafts or 1) == 1 and n > 1
 
-    def make_drafter(target_row, draft_row):
+    def make_drafter(target_row, draft_row, scheduler):
+        if joint:                            # one chain length per round for the whole batch
+            if "policy" not in lengths:
+                lengths["policy"] = BatchDraftLength(measurement, passes=lambda: scheduler.passes,
+                                                     live=lambda: scheduler.live)
+            return ChainDrafter(draft_row, sampling, lengths["policy"])
         drafter = spec.build(target_row, draft_row, sampling)
         drafter.shared_costs = shared
         return drafter
@@ -279,7 +303,7 @@ def autoregressive_decode_batch(target: LanguageModel, prompts, max_new_tokens, 
     """Plain batched decoding: every request reads one token per shared target pass (the baseline
     of :func:`speculative_decode_batch`; the same loop with no drafter)."""
     sampling = SamplingConfig(temperature, top_k, top_p)
-    out = _decode_requests(target, None, prompts, max_new_tokens, sampling, lambda t, d: PlainDrafter(sampling),
+    out = _decode_requests(target, None, prompts, max_new_tokens, sampling, lambda t, d, s: PlainDrafter(sampling),
                            STANDARD, seed, stop_token_ids, callback)
     for r in out.results:
         if r is not None:

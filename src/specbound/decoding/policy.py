@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import SpecboundError
 from .costs import CostModel
 
-__all__ = ["AcceptanceCalibration", "DraftBudget"]
+__all__ = ["AcceptanceCalibration", "BatchDraftLength", "DraftBudget"]
 
 
 class AcceptanceCalibration:
@@ -141,3 +141,73 @@ class DraftBudget:
             self.first_value = 0.9 * self.first_value + 0.1 * float(np.max(first_values))
         if best_children is not None and len(best_children):
             self.continuation = 0.9 * self.continuation + 0.1 * float(np.mean(best_children))
+
+
+class BatchDraftLength:
+    """``gamma="auto"`` for B requests decoded together: ONE chain length per round for every request.
+
+    A batch's round lasts as long as its longest draft (every target pass waits for all requests), so
+    requests sizing their chains alone draft ragged lengths and pay for draft passes that hold one or
+    two rows; measured, that lost to a fixed γ on the same batch (docs/results/batched). Here round r
+    gets the γ of best predicted total throughput, :func:`~specbound.theory.speedup.best_batch_gamma`
+    (B · E[tokens](α, γ) / (γ · d(B) + t(B(γ + 1))); γ = 0 is plain batched decoding), from
+    * the per-depth acceptance α_i pooled over the requests' rounds so far (Beta(1, 1) prior per depth;
+      the first round drafts ``start`` tokens);
+    * the pair's cost curves t, d, rescaled by the median ratio of the batch's measured passes to the
+      curve (rows' passes cost more than one row's; ``passes`` returns the scheduler's records), at the
+      batch's current size (``live`` returns the number of requests still decoding).
+    The γ of a round is fixed the first time a request asks for it, so every request of the round
+    drafts the same length. While γ = 0, a γ = 1 probe every ``explore_every`` rounds keeps α fresh.
+    Sizing never changes verification: the output law is untouched.
+    """
+
+    def __init__(self, costs, passes=None, live=None, max_gamma: int = 8, start: int = 2, explore_every: int = 16):
+        import threading
+
+        self.costs, self.passes, self.live = costs, passes, live or (lambda: 1)
+        self.max_gamma, self.start, self.explore_every = int(max_gamma), int(start), int(explore_every)
+        self.hits = np.ones(self.max_gamma)          # Beta(1, 1) per depth
+        self.tries = np.full(self.max_gamma, 2.0)
+        self.observed = np.zeros(self.max_gamma)
+        self._gammas: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def alpha(self) -> np.ndarray:
+        """Pooled acceptance per depth; depths never tested reuse the deepest tested one."""
+        a = self.hits / self.tries
+        seen = np.nonzero(self.observed)[0]
+        if len(seen):
+            a[seen[-1] + 1:] = a[seen[-1]]
+        return a
+
+    def _ratio(self, priority: int, curve) -> float:
+        records = [p for p in (self.passes() if self.passes is not None else []) if p.priority == priority][-32:]
+        ratios = [p.seconds / float(curve(max(p.tokens, 1))) for p in records if p.tokens > 0]
+        return float(np.median(ratios)) if ratios else 1.0
+
+    def gamma_for_round(self, round_index: int) -> int:
+        from ..theory.speedup import CostProfile, best_batch_gamma
+
+        with self._lock:
+            if round_index in self._gammas:
+                return self._gammas[round_index]
+            if not self.observed.any():
+                gamma = self.start
+            else:
+                t, d = self.costs.target, self.costs.draft
+                rt, rd = self._ratio(1, t), self._ratio(0, d)
+                verify = CostProfile(tuple(t.ks), tuple(rt * s for s in t.seconds))
+                draft = CostProfile(tuple(d.ks), tuple(rd * s for s in d.seconds))
+                gamma, _ = best_batch_gamma(self.alpha(), max(int(self.live()), 1), draft, verify, self.max_gamma)
+                if gamma == 0 and round_index % self.explore_every == 0:
+                    gamma = 1
+            self._gammas[round_index] = gamma
+            return gamma
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """One request's round: ``drafted`` chain tokens, the first ``accepted`` of them accepted."""
+        with self._lock:
+            tested = min(drafted, accepted + 1)
+            self.tries[:tested] += 1
+            self.observed[:tested] = 1
+            self.hits[:min(accepted, drafted)] += 1

@@ -58,7 +58,7 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                   "Predicted from the cost curve and the chain's acceptance above (a shared target pass over every "
                   "request's tokens, shared draft passes; `theory/speedup.py`); measured with "
                   "`speculative_decode_batch` / `autoregressive_decode_batch` on the held-out prompts (cycled to B "
-                  "requests; wall time, prefill included).", "",
+                  "requests; tokens after the prefill over the batch's wall time after its prefill).", "",
                   md_table(["B", "plain pred.", "plain meas.", "best γ", "SD pred.", "SD meas.", "SD/plain pred.",
                             "SD/plain meas.", "speed of light (P)"],
                            [[str(B), fmt(b.plain, 1), fmt(b.measured_plain, 1), str(b.gamma), fmt(b.speculative, 1),

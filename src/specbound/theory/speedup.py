@@ -51,13 +51,14 @@ class CostProfile:
         return cls((1,), (float(seconds),))
 
     def __call__(self, k) -> np.ndarray:
-        """t(k), interpolated linearly and extrapolated with the last measured slope."""
+        """t(k), interpolated linearly and extrapolated with the last measured slope (never a falling
+        one: a noisy last point must not make reading more tokens cost less, or nothing)."""
         k = np.asarray(k, dtype=np.float64)
         ks, ts = np.asarray(self.ks, float), np.asarray(self.seconds, float)
         if len(ks) == 1:
             return np.full_like(k, ts[0])
         out = np.interp(k, ks, ts)
-        slope = (ts[-1] - ts[-2]) / (ks[-1] - ks[-2])
+        slope = max((ts[-1] - ts[-2]) / (ks[-1] - ks[-2]), 0.0)
         return np.where(k > ks[-1], ts[-1] + slope * (k - ks[-1]), out)
 
     def ratios(self) -> dict[int, float]:

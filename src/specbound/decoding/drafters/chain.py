@@ -18,7 +18,7 @@ import torch
 
 from ...errors import SpecboundError
 from ...models.base import LanguageModel
-from ..policy import DraftBudget
+from ..policy import BatchDraftLength, DraftBudget
 from ..sampling import SamplingConfig, check_logits, logits_to_probs, sample_from, token_probability
 from ..tree import DraftTree
 from .base import DraftCache, Drafter, RoundFeedback
@@ -27,8 +27,9 @@ __all__ = ["ChainDrafter", "check_gamma", "confidence_config"]
 
 
 def check_gamma(gamma):
-    """γ: an integer ≥ 1, None (to the horizon), "auto" or a :class:`DraftBudget`."""
-    if gamma is None or gamma == "auto" or isinstance(gamma, DraftBudget):
+    """γ: an integer ≥ 1, None (to the horizon), "auto", a :class:`DraftBudget` or (batched requests) a
+    :class:`BatchDraftLength`."""
+    if gamma is None or gamma == "auto" or isinstance(gamma, (DraftBudget, BatchDraftLength)):
         return gamma
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise SpecboundError(f"gamma (draft length) must be an integer >= 1, None or 'auto', got {gamma!r}")
@@ -52,6 +53,8 @@ class ChainDrafter(Drafter):
             raise SpecboundError(f"the chain drafter needs a draft LanguageModel, got {type(model).__name__}")
         self.model, self.gamma = model, check_gamma(gamma)
         self.budget: DraftBudget | None = gamma if isinstance(gamma, DraftBudget) else None
+        self.shared: BatchDraftLength | None = gamma if isinstance(gamma, BatchDraftLength) else None
+        self.rounds = 0
         self.cache = DraftCache(model, chain_only=True)
         self.confidence = confidence_config(sampling)
         self._confidences: list[float] = []
@@ -64,7 +67,13 @@ class ChainDrafter(Drafter):
     def propose(self, committed, max_depth, generator):
         t0 = time.perf_counter()
         probe = 0
-        if self.budget is not None:
+        if self.shared is not None:              # batched requests: the batch's length for this round
+            self.rounds += 1
+            limit = min(max_depth, self.shared.gamma_for_round(self.rounds))
+            if limit == 0:
+                self._confidences = []
+                return DraftTree.empty()
+        elif self.budget is not None:
             limit = min(max_depth, self.budget.max_depth, self.budget.max_nodes)
             if not self.budget.start(pending=1):
                 return DraftTree.empty()
@@ -121,6 +130,8 @@ class ChainDrafter(Drafter):
         tree = feedback.tree
         if len(tree):
             self.cache.keep(feedback.verdict.path)
+            if self.shared is not None:
+                self.shared.observe(len(tree), feedback.verdict.accepted)
         if self.budget is None:
             return
         costs = self.budget.costs
@@ -139,6 +150,6 @@ class ChainDrafter(Drafter):
             self.budget.learn(conf, accept, first_values=c[:1], best_children=c[1:])
 
     def describe(self) -> str:
-        g = "auto" if self.budget is not None or self.gamma == "auto" else \
+        g = "auto" if self.budget is not None or self.gamma == "auto" or self.shared is not None else \
             ("horizon" if self.gamma is None else self.gamma)
         return f"chain(γ={g})"
