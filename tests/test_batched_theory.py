@@ -115,7 +115,7 @@ def test_a_cost_curve_never_falls_beyond_its_last_point():
     assert float(noisy(640)) > 0
 
 
-def test_batch_draft_length_is_one_length_per_round_and_falls_back_to_plain():
+def test_batch_draft_length_is_one_length_per_round_and_follows_the_faster_choice():
     from types import SimpleNamespace
 
     from specbound.decoding.costs import CostMeasurement
@@ -126,15 +126,41 @@ def test_batch_draft_length_is_one_length_per_round_and_falls_back_to_plain():
     assert policy.gamma_for_round(1) == 3                       # nothing observed yet: the start length
     for _ in range(40):
         policy.observe(3, 3)                                    # every drafted token accepted
+    assert policy.model_gamma() >= 3
     g = policy.gamma_for_round(2)
-    assert g >= 3 and policy.gamma_for_round(2) == g            # fixed for the round once asked
-    # drafts that are never accepted never pay: plain batched decoding, with a γ = 1 probe now and then
-    policy = BatchDraftLength(cheap, live=lambda: 4, start=2, explore_every=16)
+    assert policy.gamma_for_round(2) == g                       # fixed for the round once asked
+    # drafts that are never accepted never pay in the model: its candidate is plain decoding
+    policy = BatchDraftLength(cheap, live=lambda: 4, start=2)
     for _ in range(40):
         policy.observe(2, 0)
-    assert [policy.gamma_for_round(r) for r in (2, 3, 15)] == [0, 0, 0] and policy.gamma_for_round(16) == 1
-    # the batch's measured passes rescale the curves: a target pass twice its curve shifts the choice
+    assert policy.model_gamma() == 0
+    # the batch's measured passes rescale the curves
     slow_target = [SimpleNamespace(priority=1, tokens=8, seconds=2 * float(VERIFY(8)))] * 5
     policy = BatchDraftLength(cheap, passes=lambda: slow_target, live=lambda: 2)
-    policy.observe(2, 2)
     assert policy._ratio(1, VERIFY) == pytest.approx(2.0) and policy._ratio(0, DRAFT) == 1.0
+
+
+def test_batch_draft_length_trusts_timed_rounds_over_its_model(monkeypatch):
+    import time
+
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=3, trial=2,
+                              explore_every=10)
+    chosen = []
+    for r in range(1, 30):
+        g = policy.gamma_for_round(r)
+        chosen.append(g)
+        if g > 0:                                  # drafted rounds: all accepted, yet each takes 10 s
+            for _ in range(2):
+                policy.observe(g, g, r)
+            clock[0] += 10.0
+        else:                                      # plain rounds: 2 tokens in 0.2 s
+            clock[0] += 0.2
+    assert policy.model_gamma() > 0                # the model still believes in drafting…
+    assert chosen[0] == 3 and 0 in chosen[:6]      # …both its γ and plain are tried…
+    later = chosen[10:]
+    assert later.count(0) >= len(later) - 3        # …then the measured faster choice, plain, with re-tries

@@ -148,28 +148,39 @@ class BatchDraftLength:
 
     A batch's round lasts as long as its longest draft (every target pass waits for all requests), so
     requests sizing their chains alone draft ragged lengths and pay for draft passes that hold one or
-    two rows; measured, that lost to a fixed γ on the same batch (docs/results/batched). Here round r
-    gets the γ of best predicted total throughput, :func:`~specbound.theory.speedup.best_batch_gamma`
-    (B · E[tokens](α, γ) / (γ · d(B) + t(B(γ + 1))); γ = 0 is plain batched decoding), from
+    two rows; measured, that lost to a fixed γ on the same batch (docs/results/batched). Here the
+    model's candidate is the γ of best predicted total throughput,
+    :func:`~specbound.theory.speedup.best_batch_gamma` (B · E[tokens](α, γ) / (γ · d(B) + t(B(γ + 1)))),
+    from
     * the per-depth acceptance α_i pooled over the requests' rounds so far (Beta(1, 1) prior per depth;
       the first round drafts ``start`` tokens);
     * the pair's cost curves t, d, rescaled by the median ratio of the batch's measured passes to the
       curve (rows' passes cost more than one row's; ``passes`` returns the scheduler's records), at the
       batch's current size (``live`` returns the number of requests still decoding).
-    The γ of a round is fixed the first time a request asks for it, so every request of the round
-    drafts the same length. While γ = 0, a γ = 1 probe every ``explore_every`` rounds keeps α fresh.
-    Sizing never changes verification: the output law is untouched.
+    The model leaves out each round's Python work, which grows with B (the requests' sampling and
+    verification share one interpreter), so the model's γ* is then checked against what the batch
+    actually does: rounds are timed, and γ* and plain decoding (γ = 0; or γ = 1 when γ* = 0) each get
+    ``trial`` rounds; afterwards the one with more tokens per second in its recent rounds is used, the
+    other re-tried every ``explore_every`` rounds. The γ of a round is fixed the first time a request
+    asks for it, so every request of the round drafts the same length. Sizing never changes
+    verification: the output law is untouched.
     """
 
-    def __init__(self, costs, passes=None, live=None, max_gamma: int = 8, start: int = 2, explore_every: int = 16):
+    def __init__(self, costs, passes=None, live=None, max_gamma: int = 8, start: int = 2, explore_every: int = 16,
+                 trial: int = 2, window: int = 8):
         import threading
 
         self.costs, self.passes, self.live = costs, passes, live or (lambda: 1)
         self.max_gamma, self.start, self.explore_every = int(max_gamma), int(start), int(explore_every)
+        self.trial, self.window = int(trial), int(window)
         self.hits = np.ones(self.max_gamma)          # Beta(1, 1) per depth
         self.tries = np.full(self.max_gamma, 2.0)
         self.observed = np.zeros(self.max_gamma)
         self._gammas: dict[int, int] = {}
+        self._started: dict[int, float] = {}
+        self._tokens: dict[int, float] = {}
+        self._live_at: dict[int, int] = {}
+        self.rounds: dict[int, list[tuple[float, float]]] = {}   # γ -> [(tokens, seconds)] of timed rounds
         self._lock = threading.Lock()
 
     def alpha(self) -> np.ndarray:
@@ -185,29 +196,56 @@ class BatchDraftLength:
         ratios = [p.seconds / float(curve(max(p.tokens, 1))) for p in records if p.tokens > 0]
         return float(np.median(ratios)) if ratios else 1.0
 
-    def gamma_for_round(self, round_index: int) -> int:
+    def model_gamma(self) -> int:
+        """The cost model's γ* for the batch as it is now (no timing of rounds)."""
         from ..theory.speedup import CostProfile, best_batch_gamma
+
+        if not self.observed.any():
+            return self.start
+        t, d = self.costs.target, self.costs.draft
+        rt, rd = self._ratio(1, t), self._ratio(0, d)
+        verify = CostProfile(tuple(t.ks), tuple(rt * s for s in t.seconds))
+        draft = CostProfile(tuple(d.ks), tuple(rd * s for s in d.seconds))
+        return best_batch_gamma(self.alpha(), max(int(self.live()), 1), draft, verify, self.max_gamma)[0]
+
+    def _rate(self, gamma: int) -> float | None:
+        done = self.rounds.get(gamma, [])[-self.window:]
+        if len(done) < self.trial:
+            return None
+        return sum(t for t, _ in done) / max(sum(s for _, s in done), 1e-9)
+
+    def gamma_for_round(self, round_index: int) -> int:
+        import time
 
         with self._lock:
             if round_index in self._gammas:
                 return self._gammas[round_index]
-            if not self.observed.any():
-                gamma = self.start
+            now = time.perf_counter()
+            last = round_index - 1
+            if last in self._started and last in self._gammas:       # time the round that just ended
+                g = self._gammas[last]
+                tokens = self._tokens.get(last, 0.0) if g > 0 else float(self._live_at.get(last, 1))
+                self.rounds.setdefault(g, []).append((tokens, now - self._started[last]))
+            best = self.model_gamma()
+            other = 0 if best > 0 else 1
+            untried = [g for g in (best, other) if self._rate(g) is None]
+            if untried:
+                gamma = untried[0]
             else:
-                t, d = self.costs.target, self.costs.draft
-                rt, rd = self._ratio(1, t), self._ratio(0, d)
-                verify = CostProfile(tuple(t.ks), tuple(rt * s for s in t.seconds))
-                draft = CostProfile(tuple(d.ks), tuple(rd * s for s in d.seconds))
-                gamma, _ = best_batch_gamma(self.alpha(), max(int(self.live()), 1), draft, verify, self.max_gamma)
-                if gamma == 0 and round_index % self.explore_every == 0:
-                    gamma = 1
+                gamma = best if self._rate(best) >= self._rate(other) else other
+                if round_index % self.explore_every == 0:
+                    gamma = other if gamma == best else best
             self._gammas[round_index] = gamma
+            self._started[round_index] = now
+            self._live_at[round_index] = int(self.live())
             return gamma
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def observe(self, drafted: int, accepted: int, round_index: int | None = None) -> None:
         """One request's round: ``drafted`` chain tokens, the first ``accepted`` of them accepted."""
         with self._lock:
             tested = min(drafted, accepted + 1)
             self.tries[:tested] += 1
             self.observed[:tested] = 1
             self.hits[:min(accepted, drafted)] += 1
+            if round_index is not None:
+                self._tokens[round_index] = self._tokens.get(round_index, 0.0) + accepted + 1

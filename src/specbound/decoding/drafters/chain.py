@@ -131,7 +131,7 @@ class ChainDrafter(Drafter):
         if len(tree):
             self.cache.keep(feedback.verdict.path)
             if self.shared is not None:
-                self.shared.observe(len(tree), feedback.verdict.accepted)
+                self.shared.observe(len(tree), feedback.verdict.accepted, self.rounds)
         if self.budget is None:
             return
         costs = self.budget.costs
