@@ -160,8 +160,10 @@ class BatchDraftLength:
     The model leaves out each round's Python work, which grows with B (the requests' sampling and
     verification share one interpreter), so the model's γ* is then checked against what the batch
     actually does: rounds are timed, and γ* and plain decoding (γ = 0; or γ = 1 when γ* = 0) each get
-    ``trial`` rounds; afterwards the one with more tokens per second in its recent rounds is used, the
-    other re-tried every ``explore_every`` rounds. The γ of a round is fixed the first time a request
+    ``trial`` rounds (a round that switches between drafting and plain is not timed: its draft reads
+    the backlog of plain rounds); afterwards the one with more tokens per second in its recent rounds
+    is used, the other re-tried after ``explore_every`` rounds, then twice, four, eight, sixteen times
+    as long. The γ of a round is fixed the first time a request
     asks for it, so every request of the round drafts the same length. Sizing never changes
     verification: the output law is untouched.
     """
@@ -181,6 +183,7 @@ class BatchDraftLength:
         self._tokens: dict[int, float] = {}
         self._live_at: dict[int, int] = {}
         self.rounds: dict[int, list[tuple[float, float]]] = {}   # γ -> [(tokens, seconds)] of timed rounds
+        self._probes, self._next_probe = 0, self.explore_every
         self._lock = threading.Lock()
 
     def alpha(self) -> np.ndarray:
@@ -192,7 +195,8 @@ class BatchDraftLength:
         return a
 
     def _ratio(self, priority: int, curve) -> float:
-        records = [p for p in (self.passes() if self.passes is not None else []) if p.priority == priority][-32:]
+        recent = (self.passes() if self.passes is not None else [])[-64:]
+        records = [p for p in recent if p.priority == priority]
         ratios = [p.seconds / float(curve(max(p.tokens, 1))) for p in records if p.tokens > 0]
         return float(np.median(ratios)) if ratios else 1.0
 
@@ -224,8 +228,10 @@ class BatchDraftLength:
             last = round_index - 1
             if last in self._started and last in self._gammas:       # time the round that just ended
                 g = self._gammas[last]
-                tokens = self._tokens.get(last, 0.0) if g > 0 else float(self._live_at.get(last, 1))
-                self.rounds.setdefault(g, []).append((tokens, now - self._started[last]))
+                switched = last - 1 in self._gammas and (self._gammas[last - 1] > 0) != (g > 0)
+                if not switched:      # the first drafted round after plain ones also reads the backlog: a switch cost
+                    tokens = self._tokens.get(last, 0.0) if g > 0 else float(self._live_at.get(last, 1))
+                    self.rounds.setdefault(g, []).append((tokens, now - self._started[last]))
             best = self.model_gamma()
             other = 0 if best > 0 else 1
             untried = [g for g in (best, other) if self._rate(g) is None]
@@ -233,8 +239,10 @@ class BatchDraftLength:
                 gamma = untried[0]
             else:
                 gamma = best if self._rate(best) >= self._rate(other) else other
-                if round_index % self.explore_every == 0:
+                if round_index >= self._next_probe:                   # re-try the other, less often each time
                     gamma = other if gamma == best else best
+                    self._probes += 1
+                    self._next_probe = round_index + self.explore_every * 2 ** min(self._probes, 4)
             self._gammas[round_index] = gamma
             self._started[round_index] = now
             self._live_at[round_index] = int(self.live())
