@@ -314,8 +314,10 @@ def _print_batch_report(r: dict, console) -> None:
     from rich.table import Table
 
     first = r["requests"][0] if r["requests"] else {"method": "-", "sampling": "-"}
-    table = Table(title=f"batch of {r['batch']}, {first['method']}: {r['target']} [{r['target_kernels']}] ← "
-                        f"{r['draft']} [{r['draft_kernels']}] ({first['sampling']})")
+    from rich.markup import escape
+
+    table = Table(title=escape(f"batch of {r['batch']}, {first['method']}: {r['target']} [{r['target_kernels']}] ← "
+                               f"{r['draft']} [{r['draft_kernels']}] ({first['sampling']})"))
     for column in ("request", "new tokens", "τ", "latency s") + (("= plain",) if "speedup_vs_plain_batch" in r else ()):
         table.add_column(column, justify="left" if column == "request" else "right")
     for q in r["requests"]:
@@ -359,8 +361,10 @@ def _report(result, baseline, target, draft, prompt) -> dict:
 def _print_report(r: dict, console) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{r['method']}: {r['target']} [{r['target_kernels']}] ← {r['draft']} [{r['draft_kernels']}] "
-                        f"({r['sampling']})", show_header=False)
+    from rich.markup import escape
+
+    table = Table(title=escape(f"{r['method']}: {r['target']} [{r['target_kernels']}] ← {r['draft']} "
+                               f"[{r['draft_kernels']}] ({r['sampling']})"), show_header=False)
     table.add_column(style="bold")
     table.add_column()
     acc = ", ".join(f"{a:.2f}" for a in r["acceptance_per_position"][:12] if a == a)
