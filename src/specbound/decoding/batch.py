@@ -12,7 +12,7 @@ pass — the draft's rows first, then one target pass over every request's pendi
 tree. Acceptance is ragged (each request accepts its own count and rolls back its own cache),
 requests finish independently and the batch shrinks as they do; a request's output law is that of
 the same request decoded alone, whatever shares its passes (per-request χ² and identity tests,
-``tests/test_batch_decoding.py``).
+``tests/test_batched_requests.py``).
 
 Sizing: ``gamma="auto"`` gives the whole batch ONE chain length per round
 (:class:`~specbound.decoding.policy.BatchDraftLength`: the γ of best predicted total throughput from
@@ -36,7 +36,10 @@ from ..models.rows import PassRecord, PassScheduler
 from ..theory.speedup import CostProfile
 from .costs import CostMeasurement, load_or_measure_costs
 from .drafters import ChainDrafter
-from .engine import DecodeInterrupted, DraftSpec, PlainDrafter, Speculator, check_budget, make_generator
+from .engine import (
+    DecodeInterrupted, DraftSpec, PlainDrafter, Speculator, check_budget, check_context, check_vocabularies,
+    make_generator,
+)
 from .policy import BatchDraftLength
 from .result import DecodeResult
 from .sampling import SamplingConfig
@@ -135,20 +138,6 @@ def _per_request(value, n: int, name: str, check) -> list:
     return [check(value)] * n
 
 
-def _cache_bytes_per_slot(model: LanguageModel) -> int:
-    """Bytes one cache slot costs a row of ``model`` (keys + values of every layer); 0 if unknown."""
-    config = getattr(getattr(model, "model", None), "config", None)
-    if config is None:
-        return 0
-    layers = getattr(config, "num_hidden_layers", 0) or 0
-    heads = getattr(config, "num_attention_heads", 1) or 1
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or (getattr(config, "hidden_size", 0) or 0) // heads
-    dtype = getattr(model, "attention_dtype", None) or getattr(model, "dtype", None)
-    itemsize = getattr(dtype, "itemsize", 4)
-    return int(2 * layers * kv * head_dim * itemsize)
-
-
 def _available_memory() -> int | None:
     try:
         with open("/proc/meminfo") as fh:
@@ -164,7 +153,7 @@ def check_batch_memory(target, draft, prompts, budgets, available: int | None = 
     """Refuse, before any cache is allocated, a batch whose rows' caches would not fit in memory.
     Each row reserves its slots in doublings, so up to twice (prompt + new tokens + one round's tree)
     slots per request and model are counted. Returns the estimate in bytes."""
-    per_slot = _cache_bytes_per_slot(target) + (_cache_bytes_per_slot(draft) if draft is not None else 0)
+    per_slot = target.cache_bytes_per_slot() + (draft.cache_bytes_per_slot() if draft is not None else 0)
     need = sum(2 * (len(p) + b + _TREE_SLOTS) * per_slot for p, b in zip(prompts, budgets))
     available = _available_memory() if available is None else available
     if available is not None and need > 0.8 * available:
@@ -188,16 +177,13 @@ def _rows(model: LanguageModel, n: int, scheduler: PassScheduler, priority: int)
 
 def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_drafter, rule, seed, stop_token_ids,
                      callback) -> BatchDecodeResult:
-    prompts = _check_prompts(prompts, target)
+    """Decode ``prompts`` (checked by :func:`_check_prompts`) together; see :func:`speculative_decode_batch`."""
     n = len(prompts)
     budgets = _per_request(max_new_tokens, n, "max_new_tokens", check_budget)
     seeds = _per_request(seed, n, "seed", lambda s: s) if isinstance(seed, (list, tuple)) else \
         [None if seed is None else seed + i for i in range(n)]
-    limit = target.info.max_positions
     for i, (p, b) in enumerate(zip(prompts, budgets)):
-        if limit is not None and len(p) + b - 1 > limit:
-            raise SpecboundError(f"prompt {i} ({len(p)} tokens) + max_new_tokens ({b}) exceeds the target's "
-                                 f"context of {limit} positions; shorten it or lower max_new_tokens")
+        check_context(target, len(p), b, name=f"prompt {i}")
     if callback is not None and not callable(callback):
         raise SpecboundError("callback must be callable as callback(request_index, new_token_ids)")
     check_batch_memory(target, draft, prompts, budgets)
@@ -268,20 +254,19 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     ``seed`` would, and no request's stream depends on the others. ``callback(i, new_token_ids)``
     streams request i's tokens. Every draft and target pass is shared by the requests waiting on it
     (rows of backends that can share passes: Llama-family Hugging Face models with the static cache;
-    others decode their rows in turn, with the same output). ``gamma="auto"``/``tree="auto"`` size each
-    request's draft against the shared pass (:func:`batch_cost_prior`).
+    others decode their rows in turn, with the same output). ``gamma="auto"`` gives the batch one chain
+    length per round (:class:`~specbound.decoding.policy.BatchDraftLength`); ``tree="auto"`` sizes each
+    request's tree against the shared pass (:func:`batch_cost_prior`).
     """
     sampling = SamplingConfig(temperature, top_k, top_p)
     spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification)
-    if draft is not None and draft.vocab_size != target.vocab_size:
-        raise SpecboundError(f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
-                             f"draft {draft.name!r} has {draft.vocab_size}")
-    n = len(_check_prompts(prompts, target))
-    shared, lengths = None, {}
-    if "auto" in (gamma, tree):
-        measurement = load_or_measure_costs(target, draft)
-        shared = batch_cost_prior(measurement, n)
+    check_vocabularies(target, draft)
+    prompts = _check_prompts(prompts, target)
+    n = len(prompts)
     joint = gamma == "auto" and tree is None and (drafts or 1) == 1 and n > 1
+    measurement = load_or_measure_costs(target, draft) if "auto" in (gamma, tree) else None
+    shared = batch_cost_prior(measurement, n) if measurement is not None and not joint else None
+    lengths = {}
 
     def make_drafter(target_row, draft_row, scheduler):
         if joint:                            # one chain length per round for the whole batch
@@ -303,7 +288,8 @@ def autoregressive_decode_batch(target: LanguageModel, prompts, max_new_tokens, 
     """Plain batched decoding: every request reads one token per shared target pass (the baseline
     of :func:`speculative_decode_batch`; the same loop with no drafter)."""
     sampling = SamplingConfig(temperature, top_k, top_p)
-    out = _decode_requests(target, None, prompts, max_new_tokens, sampling, lambda t, d, s: PlainDrafter(sampling),
+    out = _decode_requests(target, None, _check_prompts(prompts, target), max_new_tokens, sampling,
+                           lambda t, d, s: PlainDrafter(sampling),
                            STANDARD, seed, stop_token_ids, callback)
     for r in out.results:
         if r is not None:

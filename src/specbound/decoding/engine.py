@@ -58,6 +58,25 @@ def check_budget(max_new_tokens) -> int:
     return max_new_tokens
 
 
+def check_vocabularies(target: LanguageModel, draft: LanguageModel | None) -> None:
+    """Target and draft must share one vocabulary (the same number of logits)."""
+    if draft is not None and draft is not target and draft.vocab_size != target.vocab_size:
+        raise SpecboundError(
+            f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
+            f"draft {draft.name!r} has {draft.vocab_size}; speculative decoding needs one vocabulary"
+        )
+
+
+def check_context(target: LanguageModel, prompt_length: int, max_new_tokens: int, name: str = "prompt") -> None:
+    """The prompt and the new tokens must fit the target's context (the last new token is never read)."""
+    limit = target.info.max_positions
+    if limit is not None and prompt_length + max_new_tokens - 1 > limit:
+        raise SpecboundError(
+            f"{name} ({prompt_length} tokens) + max_new_tokens ({max_new_tokens}) exceeds the target's context "
+            f"of {limit} positions; shorten the prompt or lower max_new_tokens"
+        )
+
+
 class PlainDrafter(Drafter):
     """No draft: every round is one target step (autoregressive decoding, Yin et al. 2024, Alg. 3)."""
 
@@ -82,12 +101,7 @@ class Speculator:
             raise SpecboundError(f"target must be a LanguageModel, got {type(target).__name__}")
         if not isinstance(drafter, Drafter):
             raise SpecboundError(f"drafter must be a Drafter, got {type(drafter).__name__}")
-        draft = drafter.model
-        if draft is not None and draft is not target and draft.vocab_size != target.vocab_size:
-            raise SpecboundError(
-                f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} tokens, "
-                f"draft {draft.name!r} has {draft.vocab_size}; speculative decoding needs one vocabulary"
-            )
+        check_vocabularies(target, drafter.model)
         if drafter.needs_tree_target and not target.supports_trees:
             raise SpecboundError(f"{target.name} does not implement forward_tree/keep_path, which the "
                                  f"{drafter.describe()} drafter needs (chain drafting works without it)")
@@ -149,12 +163,7 @@ class Speculator:
         if prompt_ids.shape[0] != 1:
             raise SpecboundError("a Speculator decodes one prompt; give several to speculative_decode_batch")
         prompt = prompt_ids[0].tolist()
-        limit = self.target.info.max_positions
-        if limit is not None and len(prompt) + max_new_tokens - 1 > limit:   # the last token is never read
-            raise SpecboundError(
-                f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the target's context "
-                f"of {limit} positions; shorten the prompt or lower max_new_tokens"
-            )
+        check_context(self.target, len(prompt), max_new_tokens)
         metrics = DecodeMetrics()
         rounds: list[RoundRecord] = []
         committed = list(prompt)

@@ -233,6 +233,11 @@ class LanguageModel(ABC):
         raise SpecboundError(f"{self.name} ({self.info.backend} backend) cannot decode several requests at once: "
                              "it has no row of its own to give each request")
 
+    def cache_bytes_per_slot(self) -> int:
+        """Bytes one cached token costs a row of this model (0 when the backend does not say): what
+        batched decoding checks against the memory available before it forks rows."""
+        return 0
+
     @property
     def supports_batches(self) -> bool:
         return type(self).fork is not LanguageModel.fork

@@ -24,6 +24,14 @@ def _output_size(model) -> int:
     return int(model.config.vocab_size)
 
 
+def attention_shape(config) -> tuple[int, int, int]:
+    """(attention heads, key/value heads, head dimension) of a transformers config."""
+    heads = getattr(config, "num_attention_heads", 1) or 1
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or (getattr(config, "hidden_size", 0) or 0) // heads
+    return heads, kv_heads, head_dim
+
+
 def _max_positions(config) -> int | None:
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
         value = getattr(config, key, None)
@@ -49,6 +57,15 @@ class HFModel(SlotCacheModel):
         self.reset()
 
     # ------------------------------------------------------------------ cache
+    def cache_bytes_per_slot(self) -> int:
+        """Keys and values of every layer for one cached token."""
+        _, kv_heads, head_dim = attention_shape(self.model.config)
+        layers = getattr(self.model.config, "num_hidden_layers", 0) or 0
+        return int(2 * layers * kv_heads * head_dim * self._cache_dtype().itemsize)
+
+    def _cache_dtype(self) -> torch.dtype:
+        return self.dtype
+
     def reset(self) -> None:
         from transformers import DynamicCache
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from ..errors import SpecboundError
 from .base import CacheTree, ModelInfo
-from .hf import HFModel
+from .hf import HFModel, attention_shape
 
 __all__ = ["STATIC_CACHE_MODEL_TYPES", "RowRead", "StaticCacheHFModel", "read_rows", "static_cache_unsupported",
            "wrap_hf_model"]
@@ -77,9 +77,7 @@ class StaticCacheHFModel(HFModel):
         if reason is not None:
             raise SpecboundError(f"{name or type(model).__name__} cannot use a static cache: {reason}")
         config = model.config
-        self.n_heads = config.num_attention_heads
-        self.n_kv_heads = getattr(config, "num_key_value_heads", None) or self.n_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
+        self.n_heads, self.n_kv_heads, self.head_dim = attention_shape(config)
         from .int8 import ATTENTION_NAME
 
         invariant = getattr(config, "_attn_implementation", None) == ATTENTION_NAME
@@ -90,6 +88,9 @@ class StaticCacheHFModel(HFModel):
         super().__init__(model, tokenizer, name, info)
 
     # ------------------------------------------------------------------ cache
+    def _cache_dtype(self) -> torch.dtype:
+        return self.attention_dtype
+
     def reset(self) -> None:
         self.slots = CacheTree(self.name)
         self.cache = None          # the protocol's DynamicCache is not used
