@@ -198,7 +198,7 @@ def run(args) -> int:
         target, draft = load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32,
                                   target_precision=args.target_precision, draft_engine=args.draft_engine)
     if len(prompts) > 1:
-        return _run_batch(args, target, draft, prompts, sampling, console)
+        return _run_batch(args, target, draft, prompts, spec, console)
     prompt = prompts[0]
     text = format_prompt(target.tokenizer, prompt)
     ids = target.tokenizer(text, return_tensors="pt").input_ids
@@ -242,7 +242,7 @@ def run(args) -> int:
     return status
 
 
-def _run_batch(args, target, draft, prompts, sampling, console) -> int:
+def _run_batch(args, target, draft, prompts, spec, console) -> int:
     """Several prompts decoded together (``speculative_decode_batch``): a progress bar per request while
     they run, then each request's text and one table (per request and for the batch)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -258,7 +258,6 @@ def _run_batch(args, target, draft, prompts, sampling, console) -> int:
         if not encoded:
             raise SpecboundError(f"prompt {prompt.id} tokenizes to nothing")
         ids.append(encoded)
-    spec = draft_spec_from_args(args)
     stops = () if args.ignore_eos else stop_token_ids(target)
     status = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,

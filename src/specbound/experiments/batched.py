@@ -90,21 +90,23 @@ def _hf_generate(target, group_ids, tokens):
 
 
 def _run_method(method, target, draft, llama, group_ids, tokens):
-    """(wall seconds, target passes, per-request dicts) of one method on one group."""
+    """(wall seconds, the prefill's share of them, target passes, per-request dicts) of one method on one
+    group. The prefill's share: a batch's requests read their prompts together, so it ends when the last
+    of them has (``BatchDecodeResult.prefill_time``); one request after another (llama.cpp) sums them;
+    HF generate: estimated from a one-token generate of the same batch."""
     if method == "hf-generate":
         first, _ = _hf_generate(target, group_ids, 1)        # prefill + one step: the prefill's share
         seconds, outs = _hf_generate(target, group_ids, tokens)
         prefill = max(first - (seconds - first) / max(tokens - 1, 1), 0.0)
-        return seconds, tokens, [{"tokens": o, "latency": seconds, "tau": 1.0, "drafted": 0.0, "prefill": prefill}
-                                 for o in outs]
+        return seconds, prefill, tokens, [{"tokens": o, "latency": seconds, "tau": 1.0, "drafted": 0.0} for o in outs]
     if method == LLAMACPP:
-        rows, wall = [], 0.0
+        rows, wall, prefill = [], 0.0, 0.0
         for ids in group_ids:
             r = autoregressive_decode(llama, ids, tokens, temperature=0)
             wall += r.metrics.total_time
-            rows.append({"tokens": r.tokens, "latency": wall, "tau": 1.0, "drafted": 0.0,
-                         "prefill": r.metrics.prefill_time})
-        return wall, len(group_ids) * tokens, rows
+            prefill += r.metrics.prefill_time
+            rows.append({"tokens": r.tokens, "latency": wall, "tau": 1.0, "drafted": 0.0})
+        return wall, prefill, len(group_ids) * tokens, rows
     if method == "plain":
         res = autoregressive_decode_batch(target, group_ids, tokens, temperature=0)
     else:
@@ -113,15 +115,8 @@ def _run_method(method, target, draft, llama, group_ids, tokens):
                                        temperature=0)
     rows = [{"tokens": r.tokens, "latency": r.metrics.total_time, "tau": r.metrics.tau,
              "drafted": statistics.fmean(r.metrics.drafted_per_step) if r.metrics.drafted_per_step else 0.0,
-             "acceptance": r.metrics.acceptance_per_position[:8], "prefill": r.metrics.prefill_time} for r in res]
-    return res.wall_time, res.target_passes, rows
-
-
-def _prefill_seconds(run: dict) -> float:
-    """The prefill's share of a group's wall time: one request after another (llama.cpp) sums them; a
-    batch's requests prefill together at the start, so the last one to finish its prefill ends it."""
-    prefill = [q.get("prefill", 0.0) for q in run["requests"]]
-    return sum(prefill) if run["method"] == LLAMACPP else max(prefill)
+             "acceptance": r.metrics.acceptance_per_position[:8]} for r in res]
+    return res.wall_time, res.prefill_time, res.target_passes, rows
 
 
 def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[str], config: BatchedConfig,
@@ -141,11 +136,12 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
         for gi, group in enumerate(groups):
             order = every[gi % len(every):] + every[:gi % len(every)]
             for method in order:
-                wall, passes, rows = _run_method(method, target, draft, llama, [prompt_ids[i] for i in group],
-                                                 config.tokens)
+                wall, prefill, passes, rows = _run_method(method, target, draft, llama,
+                                                          [prompt_ids[i] for i in group], config.tokens)
                 for i, row in zip(group, rows):
                     row["prompt"] = prompt_names[i]
-                runs.append({"B": B, "group": gi, "method": method, "wall": wall, "target_passes": passes,
+                runs.append({"B": B, "group": gi, "method": method, "wall": wall, "prefill": prefill,
+                             "target_passes": passes,
                              "new_tokens": sum(len(r["tokens"]) for r in rows), "requests": rows})
             if progress is not None:
                 progress(f"B={B}: group {gi + 1}/{len(groups)} ({time.perf_counter() - t_start:.0f} s)")
@@ -168,7 +164,7 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
                 predicted = batch_throughput(0.0, 0, B, costs.draft, costs.target)
             elif alpha and method.startswith("sd γ=") and method != "sd γ=auto":
                 predicted = batch_throughput(alpha, int(method.split("=")[1]), B, costs.draft, costs.target)
-            decode_wall = sum(r["wall"] - _prefill_seconds(r) for r in sel)
+            decode_wall = sum(r["wall"] - r["prefill"] for r in sel)
             rows.append(BatchedRow(B, method, sum(r["new_tokens"] for r in sel) / sum(r["wall"] for r in sel),
                                    sum(r["new_tokens"] for r in sel) / decode_wall, min(rates), max(rates), statistics.fmean(q["latency"] for q in reqs),
                                    statistics.fmean(q["tau"] for q in reqs),
