@@ -12,7 +12,7 @@ import pytest
 
 from specbound.errors import SpecboundError
 from specbound.theory import (
-    DraftTree, brute_force_optimal_value, chain_value, enumerate_prefix_closed_trees, optimal_tree,
+    PathTree, brute_force_optimal_value, chain_value, enumerate_prefix_closed_trees, optimal_tree,
     sample_accepted_length, static_tree_from_acceptance, tree_value,
 )
 
@@ -64,9 +64,9 @@ def naive_best_first(next_probs, capacity):
     return tree, total
 
 
-# ------------------------------------------------------------------------------------ DraftTree
+# ------------------------------------------------------------------------------------ PathTree
 def test_draft_tree_helpers():
-    tree = DraftTree(((1,), (0,), (1, 2), (1, 2, 0), (1, 0)), value=0.5)
+    tree = PathTree(((1,), (0,), (1, 2), (1, 2, 0), (1, 0)), value=0.5)
     assert tree.size == len(tree) == 5
     assert tree.parents == (-1, -1, 0, 2, 0)
     assert tree.depths == (1, 1, 2, 3, 2)
@@ -74,15 +74,15 @@ def test_draft_tree_helpers():
     assert tree.is_prefix_closed is True
     assert tree.child_counts[()] == 2 and tree.child_counts[(1,)] == 2 and tree.child_counts[(0,)] == 0
     assert (1, 2) in tree and (2,) not in tree
-    broken = DraftTree(((0,), (1, 1)))
+    broken = PathTree(((0,), (1, 1)))
     assert broken.is_prefix_closed is False
     with pytest.raises(SpecboundError, match="prefix-closed"):
         broken.parents
     with pytest.raises(SpecboundError, match="distinct"):
-        DraftTree(((0,), (0,)))
+        PathTree(((0,), (0,)))
     with pytest.raises(SpecboundError, match="root"):
-        DraftTree(((),))
-    assert DraftTree(()).depth == 0
+        PathTree(((),))
+    assert PathTree(()).depth == 0
 
 
 def test_tree_value_is_sum_of_path_probabilities_and_cached():
@@ -110,7 +110,7 @@ def test_T1_monte_carlo_mean_of_X_equals_tree_value():
         child = parent + (int(rng.integers(4)),)
         if child not in nodes:
             nodes.append(child)
-    tree = DraftTree(tuple(nodes))
+    tree = PathTree(tuple(nodes))
     exact = tree_value(tree, next_probs)
     x = sample_accepted_length(tree, next_probs, rng, size=100_000)
     se = x.std(ddof=1) / math.sqrt(x.size)
@@ -134,7 +134,7 @@ def test_enumeration_counts_all_prefix_closed_trees(vocab, size, expected):
     trees = list(enumerate_prefix_closed_trees(vocab, size))
     assert len(trees) == expected
     assert len(set(frozenset(t) for t in trees)) == expected
-    assert all(DraftTree(t).is_prefix_closed for t in trees)
+    assert all(PathTree(t).is_prefix_closed for t in trees)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -156,7 +156,7 @@ def test_T2_best_first_equals_brute_force_V3(seed):
     probs = np.array([path_prob(next_probs, v) for v in paths])
     top = {paths[i] for i in np.argsort(-probs)[:7]}
     assert set(optimal_tree(next_probs, 7).nodes) == top
-    assert DraftTree(tuple(top)).is_prefix_closed
+    assert PathTree(tuple(top)).is_prefix_closed
 
 
 def test_wrong_trees_are_strictly_worse_where_T_star_branches():

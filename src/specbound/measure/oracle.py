@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..decoding import OracleTreeDrafter, SamplingConfig, Speculator, TargetLaws, make_generator
-from ..theory.trees import DraftTree, optimal_tree
+from ..theory.trees import PathTree, optimal_tree
 from .journal import PartialResults, no_journal
 from .llm import PromptContext
 from .moments import MomentSample
@@ -76,7 +76,7 @@ class OracleValues:
 
 
 def oracle_tree_at(model, context: list[int], capacity: int, temperature: float = 1.0, width: int = 8,
-                   config: SamplingConfig | None = None) -> tuple[DraftTree, TreeRead]:
+                   config: SamplingConfig | None = None) -> tuple[PathTree, TreeRead]:
     """T*(P) of the target's law after ``context`` (Pankratov & Alistarh 2026, §2) with batched reads.
 
     The model's cache must hold a prefix of ``context``; its length is restored. The tree's

@@ -37,7 +37,7 @@ __all__ = [
 
 # Pankratov & Alistarh 2026: draft trees and speed-of-light bounds
 from .trees import (
-    DraftTree,
+    PathTree,
     brute_force_optimal_value,
     chain_value,
     enumerate_prefix_closed_trees,
@@ -58,7 +58,7 @@ from .bounds import (
 
 __all__ += [
     "BOUND_FORMS",
-    "DraftTree",
+    "PathTree",
     "MomentEstimate",
     "bound_all_forms",
     "bound_is_valid",

@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import SpecboundError, int_at_least, positive_int
 
 __all__ = [
-    "DraftTree",
+    "PathTree",
     "tree_value",
     "optimal_tree",
     "enumerate_prefix_closed_trees",
@@ -126,8 +126,10 @@ class _Target:
 # the tree object
 # ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class DraftTree:
-    """A draft tree: ``nodes`` (paths, insertion order, root ``()`` excluded) and ``value`` = E[X | T].
+class PathTree:
+    """A draft tree as a set of token paths (the theory's view): ``nodes`` (paths, insertion order,
+    root ``()`` excluded) and ``value`` = E[X | T]. The engine's flat form of one round's proposal
+    (tokens + parent indices) is :class:`specbound.decoding.DraftTree`.
 
     ``value`` is NaN when the tree is built by hand (use :func:`tree_value`).
     ``path_probs`` optionally holds p_target(v) (or, for static trees, Π acceptance) per node in the
@@ -155,7 +157,7 @@ class DraftTree:
         object.__setattr__(self, "path_probs", tuple(float(x) for x in self.path_probs))
 
     @classmethod
-    def _trusted(cls, nodes: tuple[Path, ...], value: float, path_probs: tuple[float, ...]) -> "DraftTree":
+    def _trusted(cls, nodes: tuple[Path, ...], value: float, path_probs: tuple[float, ...]) -> "PathTree":
         """Build without re-validating nodes (used by the search routines, which produce valid paths)."""
         tree = object.__new__(cls)
         object.__setattr__(tree, "nodes", nodes)
@@ -222,11 +224,11 @@ class DraftTree:
 
 
 def _nodes_of(tree) -> tuple[Path, ...]:
-    if isinstance(tree, DraftTree):
+    if isinstance(tree, PathTree):
         return tree.nodes
     if isinstance(tree, (str, bytes)):
-        raise SpecboundError("a tree must be a DraftTree or an iterable of token paths")
-    return DraftTree(tuple(tree)).nodes
+        raise SpecboundError("a tree must be a PathTree or an iterable of token paths")
+    return PathTree(tuple(tree)).nodes
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -237,11 +239,11 @@ def tree_value(nodes, next_probs: NextProbs, check_prefix_closed: bool = True) -
 
     Pankratov & Alistarh 2026, §2 ("value of a tree"): X = Σ_{v∈T} 1[v is a prefix of x] for a
     prefix-closed T, so its mean under the target's sampling law is the sum of path probabilities.
-    ``nodes`` is a :class:`DraftTree` or an iterable of paths. ``next_probs`` is called at most once
+    ``nodes`` is a :class:`PathTree` or an iterable of paths. ``next_probs`` is called at most once
     per distinct path (cached). The identity needs prefix closure, so by default a tree that is not
     prefix-closed is rejected; ``check_prefix_closed=False`` returns the plain sum anyway.
     """
-    tree = nodes if isinstance(nodes, DraftTree) else DraftTree(_nodes_of(nodes))
+    tree = nodes if isinstance(nodes, PathTree) else PathTree(_nodes_of(nodes))
     if check_prefix_closed and not tree.is_prefix_closed:
         raise SpecboundError(
             "tree is not prefix-closed, so Σ p(v) is not E[X|T]; pass check_prefix_closed=False "
@@ -257,7 +259,7 @@ def tree_value(nodes, next_probs: NextProbs, check_prefix_closed: bool = True) -
 def _best_first(
     ranked_children: Callable[[Path, int], tuple[list[int], list[float]]],
     capacity: int,
-) -> DraftTree:
+) -> PathTree:
     """The ``capacity`` nodes of smallest cumulative surprisal, popped best-first with lazy siblings.
 
     ``ranked_children(path, k)`` returns lists (tokens, weights): at most k children of ``path``
@@ -306,7 +308,7 @@ def _best_first(
             push(heap, (child_s[rank + 1], depth, counter, owner, rank + 1))
         counter += 1
         push(heap, (s, depth + 1, counter, len(nodes) - 1, -1))
-    return DraftTree._trusted(tuple(nodes), math.fsum(probs_out), tuple(probs_out))
+    return PathTree._trusted(tuple(nodes), math.fsum(probs_out), tuple(probs_out))
 
 
 def _top_k_desc(probs: np.ndarray, k: int) -> np.ndarray:
@@ -322,7 +324,7 @@ def _top_k_desc(probs: np.ndarray, k: int) -> np.ndarray:
     return order[probs[order] > 0]
 
 
-def optimal_tree(next_probs: NextProbs, capacity: int) -> DraftTree:
+def optimal_tree(next_probs: NextProbs, capacity: int) -> PathTree:
     """The optimal draft tree T*(P) and its value E[X | T*] (best-first search, lazy siblings).
 
     Pankratov & Alistarh 2026, §2 ("optimal draft tree"): maximise Σ_{v∈T} p_target(v) over
@@ -338,7 +340,7 @@ def optimal_tree(next_probs: NextProbs, capacity: int) -> DraftTree:
     * Zero-probability children are never added, so a zero-entropy target gives a single chain
       of P nodes with value P.
 
-    Returns a :class:`DraftTree` whose ``nodes`` are in pop order (non-decreasing surprisal) and
+    Returns a :class:`PathTree` whose ``nodes`` are in pop order (non-decreasing surprisal) and
     whose ``value`` = E[X | T*] (accepted tokens, bonus token not counted).
     """
     capacity = _check_capacity(capacity)
@@ -443,12 +445,12 @@ def sample_accepted_length(tree, next_probs: NextProbs, rng=None, size: int | No
     """Sample X = max{k : x_1..x_k ∈ T} with x drawn token by token from the target.
 
     Pankratov & Alistarh 2026, §1 (one speculative iteration with lossless tree verification:
-    the accepted path has the target's law). ``tree`` is a prefix-closed :class:`DraftTree` or
+    the accepted path has the target's law). ``tree`` is a prefix-closed :class:`PathTree` or
     iterable of paths; ``rng`` a ``numpy.random.Generator`` or seed. With ``size=None`` returns
     one int; otherwise an int64 array of ``size`` i.i.d. draws (vectorised: all samples sitting at
     the same node draw their next token together by inverse CDF). E[X] = :func:`tree_value`.
     """
-    tree = tree if isinstance(tree, DraftTree) else DraftTree(_nodes_of(tree))
+    tree = tree if isinstance(tree, PathTree) else PathTree(_nodes_of(tree))
     if not tree.is_prefix_closed:
         raise SpecboundError("sample_accepted_length needs a prefix-closed tree")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
@@ -506,7 +508,7 @@ def _check_acceptance(acceptance) -> np.ndarray:
     return acc
 
 
-def _static_dp(acc: np.ndarray, capacity: int) -> DraftTree:
+def _static_dp(acc: np.ndarray, capacity: int) -> PathTree:
     """Sequoia-style DP over tree shapes (children of every node are ranks 0..c−1).
 
     G[m] = best Σ over m descendants of a node (values relative to that node),
@@ -545,10 +547,10 @@ def _static_dp(acc: np.ndarray, capacity: int) -> DraftTree:
     build((), 1.0, capacity)
     # breadth-first order for readability (parents before children)
     order = sorted(range(len(nodes)), key=lambda j: (len(nodes[j]), nodes[j]))
-    return DraftTree(tuple(nodes[j] for j in order), float(G[capacity]), tuple(weights[j] for j in order))
+    return PathTree(tuple(nodes[j] for j in order), float(G[capacity]), tuple(weights[j] for j in order))
 
 
-def static_tree_from_acceptance(acceptance, capacity: int, method: str = "auto") -> DraftTree:
+def static_tree_from_acceptance(acceptance, capacity: int, method: str = "auto") -> PathTree:
     """Best static tree shape for a positional acceptance vector (Sequoia-style), |T| ≤ P.
 
     ``acceptance[i]`` is the probability that the rank-i child (rank 0 = the drafter's top choice)

@@ -94,7 +94,7 @@ class TargetLaws:
 
 
 def draft_tree_from_optimal(tree, max_depth: int, draft_calls: int) -> DraftTree:
-    """A :class:`~specbound.theory.DraftTree` of paths → a deterministic :class:`DraftTree` (tokens +
+    """A :class:`~specbound.theory.PathTree` of paths → a deterministic :class:`DraftTree` (tokens +
     parent indices), dropping nodes deeper than ``max_depth``; ``value`` = E[X | T] of what is kept."""
     index: dict[tuple[int, ...], int] = {}
     tokens, parents, probs = [], [], []
