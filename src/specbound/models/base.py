@@ -291,14 +291,3 @@ def as_token_batch(tokens, vocab_size: int | None = None, name: str = "prompt") 
     if vocab_size is not None and (int(t.min()) < 0 or int(t.max()) >= vocab_size):
         raise SpecboundError(f"{name} has token ids outside [0, {vocab_size})")
     return t
-
-
-def tree_depths(parents) -> list[int]:
-    """(Legacy call-relative parents, −1 = child of the last cached token) depth of each node."""
-    depths: list[int] = []
-    for i, parent in enumerate(parents):
-        parent = int(parent)
-        if not -1 <= parent < i:
-            raise SpecboundError(f"tree node {i} has parent {parent}: parents must precede children")
-        depths.append(1 if parent < 0 else depths[parent] + 1)
-    return depths

@@ -271,10 +271,6 @@ class LlamaCppModel(SlotCacheModel):
         self._slot_seqs: list[list[int]] = []   # per tree slot: sequences through it (first = for attention)
         self._tips: dict[int, int] = {0: -1}    # sequence -> deepest slot of its path (-1: empty cache)
 
-    def _parent(self, slot: int) -> int:
-        chain = self.slots.chain
-        return slot - 1 if slot < chain else self.slots.parents[slot - chain]
-
     def _primary(self, slot: int) -> int:
         """A sequence through ``slot`` (cached): its cells at positions <= pos(slot) are slot's path."""
         chain = self.slots.chain
