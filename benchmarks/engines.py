@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     from specbound.assets.prompts import format_prompt, load_prompts
     from specbound.decoding import autoregressive_decode, speculative_decode
     from specbound.models.llamacpp import LlamaCppModel
-    from specbound.models.llamacpp_peers import DraftModelProposer, llama_generate, open_llama
+    from specbound.experiments.llamacpp_peers import DraftModelProposer, llama_generate, open_llama
     from specbound.models.loading import load_model
 
     target_gguf, draft_gguf = gguf_path(DEFAULT_TARGET), gguf_path(DEFAULT_DRAFT)

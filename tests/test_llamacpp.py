@@ -487,7 +487,7 @@ def test_greedy_tree_and_batch_decoding_on_llama_cpp_are_token_identical(target,
 
 
 def test_greedy_equals_llama_cpp_own_generate(paths, target):
-    from specbound.models.llamacpp_peers import llama_generate, open_llama
+    from specbound.experiments.llamacpp_peers import llama_generate, open_llama
 
     llm = open_llama(paths["target"], n_ctx=256, n_threads=1, type_k=0, type_v=0)   # f32 K/V like ours
     for seed in range(2):
@@ -534,7 +534,7 @@ def test_peers_speculative_hooks_keep_greedy_output(paths, target, draft):
     draft MODEL proposer: greedy output equals plain greedy; forward-cost timer runs."""
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    from specbound.models.llamacpp_peers import (
+    from specbound.experiments.llamacpp_peers import (
         DraftModelProposer, llama_generate, measure_llama_forward_costs, open_llama,
     )
 

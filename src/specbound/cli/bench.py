@@ -188,7 +188,7 @@ def _bench(args, config, prompts, out) -> int:
         if "llamacpp-plain-raw" in methods:
             models["llamacpp_raw"] = load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
         if "llamacpp-plain" in methods:
-            from ..models.llamacpp_peers import open_llama
+            from ..experiments.llamacpp_peers import open_llama
 
             models["llamacpp_target"] = open_llama(gguf_path(str(args.target or DEFAULT_TARGET), progress=False))
     fingerprint = to_jsonable(config)

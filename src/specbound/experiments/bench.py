@@ -160,7 +160,7 @@ def _decode_rate(n_tokens: int, first_tokens: int, seconds: float, first_seconds
 
 
 def _llamacpp_plain(llm, ids, n, sampling: SamplingConfig) -> tuple[list, MethodRun]:
-    from ..models.llamacpp_peers import llama_generate
+    from .llamacpp_peers import llama_generate
 
     r = llama_generate(llm, ids, n, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     run = MethodRun(r.seconds, len(r.tokens) / r.seconds, len(r.tokens) / max(r.target_evals, 1), r.target_evals)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import SpecboundError
-from .llamacpp import LlamaCppModel, available_threads, load_llama_cpp
+from ..models.llamacpp import LlamaCppModel, available_threads, load_llama_cpp
 
 __all__ = [
     "DraftModelProposer", "ForwardCosts", "PeerResult", "llama_generate", "measure_llama_forward_costs",
