@@ -31,7 +31,8 @@ the logits llama.cpp computes for that batch; greedy outputs can differ from one
 decoding at such near-ties.
 
 Text in and out (the GGUF's own tokenizer and chat template) is :class:`LlamaCppTokenizer`, in
-``models/llamacpp_tokenizer.py``; every model here carries one as ``model.tokenizer``.
+``models/llamacpp_tokenizer.py``; a model carries one as ``model.tokenizer`` (unless built with
+``seed_tokenizer=False``).
 
 Requires ``pip install 'specbound[llamacpp]'`` (llama-cpp-python, built from source on first install).
 """
