@@ -6,8 +6,9 @@
   moved into a function to dodge a cycle is still a cycle (it just fails later, at call time).
 * Layers: the measurement layer ``specbound.measure`` sits below the product command
   (``specbound.advise``) and the studies (``specbound.experiments``): it imports only ``theory``,
-  ``models``, ``decoding``, ``assets`` and ``errors`` (never the studies, ``advise`` or the command
-  line), and ``advise`` never reaches the studies — at module or function level.
+  ``models``, ``decoding``, ``assets``, ``errors`` and ``seeds`` (never the studies, ``advise`` or the
+  command line), and ``advise`` never reaches the studies — at module or function level. ``seeds``,
+  like ``errors``, is the bottom layer: it imports no other specbound module but ``errors``.
 * At run time: every specbound module imports on its own in a fresh interpreter (each one with no
   other specbound module loaded), so no module depends on another having been imported first.
 """
@@ -196,7 +197,7 @@ def test_the_measurement_layer_sits_below_advise_and_the_studies():
     measure = [m for m in MODULES if _under(m, "specbound.measure")]
     assert "specbound.measure.oracle" in measure and "specbound.measure.journal" in measure
     below = ("specbound.measure", "specbound.theory", "specbound.models", "specbound.decoding", "specbound.assets",
-             "specbound.errors")
+             "specbound.errors", "specbound.seeds")
     for name in measure:                    # only the engine and the theory below it, never a layer above
         bad = sorted(m for m in graph[name] if not any(_under(m, b) for b in below))
         assert bad == [], f"{name} imports outside the layers below the measurements: {bad}"
@@ -205,3 +206,9 @@ def test_the_measurement_layer_sits_below_advise_and_the_studies():
     assert bad == [], f"specbound.advise reaches the studies: {bad}"
     assert "specbound.measure.oracle" in graph["specbound.advise"]        # module level, not hidden in a function
     assert "specbound.measure.oracle" in import_graph(include_function_level=False)["specbound.advise"]
+
+
+def test_seeds_and_errors_are_the_bottom_layer():
+    graph = import_graph(include_function_level=True)
+    assert graph["specbound.seeds"] <= {"specbound", "specbound.errors"}, graph["specbound.seeds"]
+    assert graph["specbound.errors"] <= {"specbound"}, graph["specbound.errors"]

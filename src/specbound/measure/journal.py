@@ -4,8 +4,10 @@ A study asks :meth:`PartialResults.unit` for each unit of work (one prompt's sam
 position, one (prompt, sample) pair, …) under a stable key; the unit is measured only if the file
 does not hold it yet, and is appended (flushed and fsynced) as soon as it is done, so an
 interrupted run loses at most the unit in flight. The first line records a fingerprint of the
-configuration: resuming with different settings is refused. Lines that do not parse or do not
-decode into the unit's type are dropped with a warning and measured again.
+configuration and the seed derivation (:mod:`specbound.seeds`): resuming with different settings, or a
+journal whose units drew their random streams another way (format 1, before ``derive_seed``), is
+refused. Lines that do not parse or do not decode into the unit's type are dropped with a warning and
+measured again.
 """
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ import warnings
 from pathlib import Path
 
 from ..errors import SpecboundError
+from ..seeds import SEED_SCHEME
 from .records import from_jsonable, to_jsonable
 
 __all__ = ["PARTIAL_NAME", "PartialResults"]
 
 PARTIAL_NAME = "partial.jsonl"
-_FORMAT = 1
+_FORMAT = 2          # 2: units seeded by specbound.seeds.derive_seed; 1: by inline seed arithmetic
 
 
 class PartialResults:
@@ -53,9 +56,14 @@ class PartialResults:
                 header = json.loads(lines[0])
             except ValueError:
                 header = None
-        if not isinstance(header, dict) or header.get("specbound_partial") != _FORMAT:
+        if not isinstance(header, dict) or not isinstance(header.get("specbound_partial"), int):
             raise SpecboundError(f"{self.path} is not a specbound partial-results file (bad first line); "
                                  "remove it or run without --resume")
+        if header["specbound_partial"] != _FORMAT or header.get("seeds") != SEED_SCHEME:
+            raise SpecboundError(f"{self.path} was written by another version of specbound (partial-results format "
+                                 f"{header['specbound_partial']}, seeds {header.get('seeds', 'by inline arithmetic')}): "
+                                 "its units drew other random streams, so they cannot be mixed with new ones; "
+                                 "run without --resume to start afresh")
         if header.get("fingerprint") != self.fingerprint:
             raise SpecboundError(f"{self.path} was written with other settings ({header.get('fingerprint')!r:.200}); "
                                  "rerun with the same options, or without --resume to start afresh")
@@ -77,7 +85,8 @@ class PartialResults:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps({"specbound_partial": _FORMAT, "fingerprint": self.fingerprint}) + "\n")
+            fh.write(json.dumps({"specbound_partial": _FORMAT, "seeds": SEED_SCHEME,
+                                 "fingerprint": self.fingerprint}) + "\n")
             for key, data in self.units.items():
                 fh.write(json.dumps({"key": key, "data": data}) + "\n")
         os.replace(tmp, self.path)
