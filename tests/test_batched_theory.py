@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specbound.errors import SpecboundError
-from specbound.theory import MarkovChain
+from specbound.theory import MarkovChain, pool_moments
 from specbound.theory.speedup import (
     CostProfile, allocate_batch_nodes, batch_throughput, best_batch_gamma, expected_tokens_per_step,
 )
@@ -105,7 +105,7 @@ def test_advise_batch_prediction_and_table():
     assert advice[1].gamma >= advice[4].gamma >= advice[32].gamma
     assert advice[32].gamma == 0            # 32 requests fill the pass: speculation no longer pays
     mode = ModeAdvice("greedy", [0.8], chain, {}, batch=advice)
-    full = Advice(AdviseConfig(batches=(1, 4, 32)), {}, {}, 1.0, 2.0, {"greedy": mode})
+    full = Advice(AdviseConfig(batches=(1, 4, 32)), {}, {}, pool_moments([1.0], [2.0]), {"greedy": mode})
     assert batch_table(full) == {1: advice[1].gamma, 4: advice[4].gamma, 32: 0}
 
 

@@ -37,6 +37,8 @@ from .errors import SpecboundError
 from .measure.drafter_values import dynamic_tree_values
 from .measure.moments import MomentSample, measure_moments
 from .measure.oracle import choose_positions, contexts_at, oracle_values
+from .seeds import derive_seed
+from .theory.bounds import MomentEstimate
 from .theory.bounds import speed_of_light as bound_on_accepted
 from .theory.speedup import (
     CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup, shared_pass_throughput,
@@ -121,8 +123,7 @@ class Advice:
     config: AdviseConfig
     models: dict
     costs: dict                     # ks, target_ms, target_spread, draft_ms, draft_spread
-    mu: float
-    mu2: float
+    moments: MomentEstimate         # the target's μ, μ₂ at T = 1 on its own samples (with standard errors)
     modes: dict[str, ModeAdvice]
     seconds: float = 0.0
     measured_prompts: list[str] = field(default_factory=list)
@@ -145,12 +146,14 @@ class AcceptanceRun:
 
 
 def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> AcceptanceRun:
-    """α_i = P(position i accepted | positions < i accepted), pooled over prompts, fixed γ."""
+    """α_i = P(position i accepted | positions < i accepted), pooled over prompts, fixed γ; prompt k
+    decodes with ``derive_seed(seed, "advise acceptance", k)`` (the same for every mode)."""
     reached, accepted = np.zeros(gamma), np.zeros(gamma)
     texts, draft_seconds, draft_calls = [], 0.0, 0
     for k, ids in enumerate(prompts):
         res = speculative_decode(target, draft, ids, tokens, gamma=gamma, temperature=sampling.temperature,
-                                 top_k=sampling.top_k, top_p=sampling.top_p, seed=seed + k)
+                                 top_k=sampling.top_k, top_p=sampling.top_p,
+                                 seed=derive_seed(seed, "advise acceptance", k))
         m = res.metrics
         texts.append((list(ids), list(res.tokens)))
         draft_seconds, draft_calls = draft_seconds + m.draft_time, draft_calls + m.draft_calls
@@ -217,10 +220,12 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
                                float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
         if sampling.greedy:      # along the target's own greedy texts, where greedy decoding goes
             texts = [MomentSample(prompt, tokens) for prompt, tokens in run.texts]
-            where = contexts_at(texts, choose_positions(texts, len(contexts), spread="random", seed=config.seed))
+            where = contexts_at(texts, choose_positions(texts, len(contexts), spread="random",
+                                                        seed=derive_seed(config.seed, "advise greedy positions")))
         else:                    # at the oracle's positions of the target's samples
             where = contexts
-        values, widths = dynamic_tree_values(target, draft, where, CAPACITIES, sampling, config.seed)
+        values, widths = dynamic_tree_values(target, draft, where, CAPACITIES, sampling,
+                                             derive_seed(config.seed, "advise tree values", mode))
         tree = {}
         for j, P in enumerate(CAPACITIES):
             seconds = _tree_draft_seconds(widths[j], draft_cost)
@@ -242,7 +247,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
     return Advice(config, {"target": f"{target.name} ({target.info.kernels})", "draft": f"{draft.name} ({draft.info.kernels})"},
                   {"ks": list(verify_cost.ks), "target_ms": [1e3 * s for s in verify_cost.seconds],
                    "target_spread": costs.target_spread, "draft_ms": [1e3 * s for s in draft_cost.seconds],
-                   "draft_spread": costs.draft_spread}, mu, mu2, modes, time.perf_counter() - t0)
+                   "draft_spread": costs.draft_spread}, moments.estimate, modes, time.perf_counter() - t0)
 
 
 def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float], verify_cost: CostProfile,
@@ -278,13 +283,14 @@ def measure_batches(target, draft, advice: Advice, prompt_ids: list[list[int]], 
         sampling = MODES[mode]
         for B, b in m.batch.items():
             prompts = [prompt_ids[i % len(prompt_ids)] for i in range(B)]
-            plain = autoregressive_decode_batch(target, prompts, tokens, temperature=sampling.temperature, seed=0)
+            seed = derive_seed(advice.config.seed, "advise batch check", B)     # plain and speculative: paired
+            plain = autoregressive_decode_batch(target, prompts, tokens, temperature=sampling.temperature, seed=seed)
             b.measured_plain = plain.decode_tokens_per_second
             if b.gamma == 0:
                 b.measured_speculative = b.measured_plain
                 continue
             sd = speculative_decode_batch(target, draft, prompts, tokens, gamma=b.gamma,
-                                          temperature=sampling.temperature, seed=0)
+                                          temperature=sampling.temperature, seed=seed)
             b.measured_speculative = sd.decode_tokens_per_second
 
 
@@ -299,11 +305,13 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
             picks.add((m.best.kind, m.best.size))
         ratios: dict[tuple, list[float]] = {p: [] for p in picks}
         for k, ids in enumerate(prompt_ids):
-            plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=k)
+            seed = derive_seed(advice.config.seed, "advise check", k)     # plain and every setting: paired
+            plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=seed)
             base = plain.metrics.decode_tokens_per_second
             for kind, size in sorted(picks):
                 kwargs = {"gamma": size} if kind == "chain" else {"tree": size}
-                res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=k, **kwargs)
+                res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=seed,
+                                         **kwargs)
                 ratios[(kind, size)].append(res.metrics.decode_tokens_per_second / base)
         for (kind, size), values in ratios.items():
             table = m.chain if kind == "chain" else m.tree

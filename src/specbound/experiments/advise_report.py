@@ -28,7 +28,7 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                         for k, t, ts, d, ds in zip(advice.costs["ks"], advice.costs["target_ms"],
                                                    advice.costs["target_spread"], advice.costs["draft_ms"],
                                                    advice.costs["draft_spread"])]), "",
-              f"Target entropy moments at T = 1: μ = {advice.mu:.3f} nats, μ₂ = {advice.mu2:.3f} nats².", ""]
+              f"Target entropy moments at T = 1: μ = {advice.moments.mu:.3f} nats, μ₂ = {advice.moments.mu2:.3f} nats².", ""]
     for mode, m in advice.modes.items():
         lines += [f"## {mode}", ""]
         verdict = (f"**Recommended: {m.best.kind} {'γ' if m.best.kind == 'chain' else 'P'} = {m.best.size}, predicted "

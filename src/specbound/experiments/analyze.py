@@ -23,12 +23,12 @@ import numpy as np
 import torch
 
 from ..errors import SpecboundError
-from ..theory.bounds import BOUND_FORMS, bound_all_forms, bound_is_valid
+from ..theory.bounds import BOUND_FORMS, MomentEstimate, bound_all_forms, bound_is_valid
 from ..theory.speedup import CostProfile
 from ..measure.drafter_values import DrafterRuns, DrafterValues, drafter_runs, drafter_values, measure_target_costs
 from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import encode_prompts
-from ..measure.moments import MomentSample, Moments, measure_moments
+from ..measure.moments import MomentSample, measure_moments
 from ..measure.oracle import OracleSD, OracleValues, oracle_sd, oracle_values
 from .report import omitted_if_none, progress_bar
 
@@ -146,7 +146,7 @@ class SetAnalysis:
     target: str
     draft: str | None
     config: AnalyzeConfig
-    moments: Moments
+    moments: MomentEstimate
     samples: list[MomentSample]
     bounds: dict[str, list]                       # bound_all_forms: capacity, each form, published_is_bound
     draft_backend: str | None = None

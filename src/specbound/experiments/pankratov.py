@@ -14,21 +14,22 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from ..theory.bounds import entropy_moments, speed_of_light
+from ..theory.bounds import MomentEstimate, entropy_moments, speed_of_light
 from ..theory.trees import optimal_tree
 from .analyze import AnalyzeConfig, SetAnalysis, analyze_set
 from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import encode_prompts
-from ..measure.moments import Moments, measure_moments
+from ..measure.moments import measure_moments
 from .report import omitted_if_none, progress_bar
 from ..measure.stats import fit_log_slope
+from ..seeds import derive_seed
 
 __all__ = ["IDENTICAL_CASES", "LLMStudy", "MomentRow", "PankratovResult", "SETS", "SyntheticCase",
-           "SyntheticChecks", "identical_environment_case", "llm_configs", "moment_row", "moments_table",
+           "SyntheticChecks", "identical_environment_case", "llm_configs", "moments_table",
            "random_environment_case", "run_llm", "synthetic_checks"]
 
 PAPER = "Pankratov & Alistarh 2026 (arXiv 2512.11718)"
@@ -131,8 +132,9 @@ def random_environment_case(n_envs: int, p_max: int, p_min: int = 64, vocab: int
     softmax(β·g), g ~ N(0, I_V), β uniform on ``betas``. Laws are drawn when the search first asks
     for them (deferred decisions: the same joint law as drawing all of them up front). μ, μ₂ from
     ``moment_draws`` fresh laws. Per environment the slope of E* vs ln P is fitted; its mean ± SE is
-    compared with 1/μ."""
-    rng = np.random.default_rng(seed)
+    compared with 1/μ. The moment draws and every environment e draw from streams of their own
+    (:mod:`specbound.seeds`)."""
+    rng = np.random.default_rng(derive_seed(seed, "pankratov T4 moments"))
     t0 = time.perf_counter()
     draws = np.stack([_random_law(rng, vocab, betas) for _ in range(moment_draws)])
     H, m2 = entropy_moments(draws)
@@ -141,7 +143,7 @@ def random_environment_case(n_envs: int, p_max: int, p_min: int = 64, vocab: int
     P = _grid(p_min, p_max, 40)
     curves = np.empty((n_envs, p_max))
     for e in range(n_envs):
-        env_rng = np.random.default_rng([seed, e])
+        env_rng = np.random.default_rng(derive_seed(seed, "pankratov T4 environment", e))
         tree = optimal_tree(lambda path, r=env_rng: _random_law(r, vocab, betas), p_max)
         run = np.cumsum(np.asarray(tree.path_probs, dtype=np.float64))
         curves[e, : run.size] = run
@@ -178,24 +180,20 @@ def synthetic_checks(quick: bool = False, seed: int = 0) -> SyntheticChecks:
 # ---------------------------------------------------------------------------------------------------
 @dataclass
 class MomentRow:
+    """One row of the moments table: a model's estimate on one prompt set."""
+
     model: str
     set: str
-    mu: float
-    mu2: float
-    mean_H2: float
-    var_surprisal: float
-    se_mu: float
-    se_mu2: float
-    se_mu_prompt: float
-    se_mu2_prompt: float
-    n: int
-    n_prompts: int
-    frac_H_below_0p1: float
+    moments: MomentEstimate
 
-
-def moment_row(model_name: str, set_name: str, est: Moments) -> MomentRow:
-    return MomentRow(model_name, set_name, est.mu, est.mu2, est.mean_H2, est.var_surprisal, est.se_mu, est.se_mu2,
-                     est.se_mu_prompt, est.se_mu2_prompt, est.n, est.n_prompts, est.frac_H_below_0p1)
+    @classmethod
+    def _upgrade_json(cls, data: dict) -> dict:
+        """Rows written before the estimate was one record held its fields flat beside model and set."""
+        if "moments" in data or "mu" not in data:
+            return data
+        names = {f.name for f in fields(MomentEstimate)}
+        return {"model": data.get("model"), "set": data.get("set"),
+                "moments": {k: v for k, v in data.items() if k in names}}
 
 
 def moments_table(model, model_name: str, prompts_by_set: dict, cfg: AnalyzeConfig, progress=None, log=print,
@@ -209,8 +207,8 @@ def moments_table(model, model_name: str, prompts_by_set: dict, cfg: AnalyzeConf
                               key=f"table/{model_name}/{set_name}")
         est = mom.estimate
         log(f"[table] {model_name} × {set_name}: mu={est.mu:.4f} mu2={est.mu2:.4f} "
-            f"E[H^2]={est.mean_H2:.4f} n={est.n} ({est.seconds:.0f}s)")
-        rows.append(moment_row(model_name, set_name, est))
+            f"E[H^2]={est.mean_H2:.4f} n={est.n} ({mom.seconds:.0f}s)")
+        rows.append(MomentRow(model=model_name, set=set_name, moments=est))
     return rows
 
 
@@ -285,7 +283,7 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
             res = analyze_set(target, draft8, s, cfg, prompts=prompts_by_set[s], progress=progress, log=log,
                               journal=journal)
             analyses.append(res)
-            table_rows.append(moment_row(target_label, s, res.moments))
+            table_rows.append(MomentRow(model=target_label, set=s, moments=res.moments))
             timings[f"analyze_{s}"] = sum(res.timings.values())
         else:
             with progress_bar(progress) as bar:

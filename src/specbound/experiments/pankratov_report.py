@@ -27,9 +27,9 @@ def synthetic_markdown(synth: SyntheticChecks) -> str:
 def table_markdown(rows: list[MomentRow]) -> str:
     header = ["model", "prompt set", "μ (nats)", "μ₂ = E[Σp ln²p]", "E[H²]", "Var(Y)", "SE μ (prompt)",
               "SE μ₂ (prompt)", "positions", "share H < 0.1"]
-    return md_table(header, [[r.model, r.set, fmt(r.mu, 4), fmt(r.mu2, 4), fmt(r.mean_H2, 4), fmt(r.var_surprisal, 4),
-                              fmt(r.se_mu_prompt, 4), fmt(r.se_mu2_prompt, 4), str(r.n), fmt(r.frac_H_below_0p1, 2)]
-                             for r in rows])
+    return md_table(header, [[r.model, r.set, fmt(m.mu, 4), fmt(m.mu2, 4), fmt(m.mean_H2, 4), fmt(m.var_surprisal, 4),
+                              fmt(m.se_mu_prompt, 4), fmt(m.se_mu2_prompt, 4), str(m.n), fmt(m.frac_H_below_0p1, 2)]
+                             for r, m in ((r, r.moments) for r in rows)])
 
 
 def _llm_sections(result: PankratovResult) -> list[str]:

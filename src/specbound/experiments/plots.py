@@ -371,7 +371,8 @@ def pankratov_synthetic(synth, path) -> Path:
 
 
 def pankratov_moments(rows: list, path) -> Path:
-    """The moments table as grouped bars: μ and μ₂ (with ±2 SE) per model × prompt set."""
+    """The moments table (:class:`~.pankratov.MomentRow` s) as grouped bars: μ and μ₂ (with ±2 SE) per
+    model × prompt set."""
     sets = list(dict.fromkeys(r.set for r in rows))
     models = list(dict.fromkeys(r.model for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.4))
@@ -382,8 +383,8 @@ def pankratov_moments(rows: list, path) -> Path:
             vals, errs = [], []
             for s in sets:
                 r = next((r for r in rows if r.set == s and r.model == model), None)
-                vals.append(np.nan if r is None else getattr(r, key))
-                se = None if r is None else getattr(r, se_key)
+                vals.append(np.nan if r is None else getattr(r.moments, key))
+                se = None if r is None else getattr(r.moments, se_key)
                 errs.append(0.0 if se is None or not np.isfinite(se) else 2 * se)
             ax.bar(np.arange(len(sets)) + (i - (len(models) - 1) / 2) * width, vals, width, yerr=errs,
                    capsize=3, color=_COLORS[i % len(_COLORS)], label=model)

@@ -1,7 +1,9 @@
 """Typed measurement records out and back in (JSON), and a progress stage that works without a display.
 
 Results and journal units are dataclasses; :func:`to_jsonable` writes them, :func:`from_jsonable`
-reads them back (old files keep loading: unknown keys ignored, missing fields defaulted).
+reads them back. Old files keep loading: unknown keys are ignored, missing fields defaulted, and a
+record whose shape changed converts its older shape on read (a classmethod ``_upgrade_json(data) ->
+data`` that leaves the current shape alone; e.g. ``experiments.pankratov.MomentRow``).
 """
 from __future__ import annotations
 
@@ -15,12 +17,18 @@ import numpy as np
 
 from ..errors import SpecboundError
 
-__all__ = ["Stage", "from_jsonable", "omitted_if_none", "to_jsonable"]
+__all__ = ["Stage", "from_jsonable", "not_written", "omitted_if_none", "to_jsonable"]
 
 
 def omitted_if_none(default=None):
     """A dataclass field left out of the JSON while it is None (absent = not measured)."""
     return dataclasses.field(default=default, metadata={"omit_if_none": True})
+
+
+def not_written(default=None):
+    """A dataclass field that is never written to the JSON (raw data a report draws from, such as
+    Monte Carlo samples); read back it keeps its default."""
+    return dataclasses.field(default=default, repr=False, compare=False, metadata={"not_written": True})
 
 
 def to_jsonable(obj):
@@ -31,7 +39,7 @@ def to_jsonable(obj):
         out = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            if value is None and f.metadata.get("omit_if_none"):
+            if f.metadata.get("not_written") or (value is None and f.metadata.get("omit_if_none")):
                 continue
             out[f.name] = to_jsonable(value)
         return out
@@ -80,6 +88,9 @@ def from_jsonable(tp, data, where: str = "result"):
                 errors.append(str(exc))
         raise SpecboundError(f"{where}: {data!r:.80} matches none of {options} ({'; '.join(errors)})")
     if dataclasses.is_dataclass(tp):
+        upgrade = getattr(tp, "_upgrade_json", None)
+        if upgrade is not None and isinstance(data, dict):
+            data = upgrade(data)
         if not isinstance(data, dict):
             raise SpecboundError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
         hints = typing.get_type_hints(tp)

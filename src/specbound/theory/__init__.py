@@ -53,6 +53,7 @@ from .bounds import (
     bound_is_valid,
     entropy_moments,
     estimate_moments,
+    pool_moments,
     speed_of_light,
 )
 
@@ -68,6 +69,7 @@ __all__ += [
     "enumerate_prefix_closed_trees",
     "estimate_moments",
     "optimal_tree",
+    "pool_moments",
     "sample_accepted_length",
     "speed_of_light",
     "static_tree_from_acceptance",

@@ -31,6 +31,7 @@ __all__ = [
     "entropy_moments",
     "MomentEstimate",
     "estimate_moments",
+    "pool_moments",
     "speed_of_light",
     "bound_all_forms",
     "bound_is_valid",
@@ -57,12 +58,16 @@ def entropy_moments(probs) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class MomentEstimate:
-    """Estimated surprisal moments over n contexts (nats), Pankratov & Alistarh 2026, §3.4.
+    """Estimated surprisal moments over n contexts (nats), Pankratov & Alistarh 2026, §3.4: THE record
+    of a moments estimate (the theory's, the measurement layer's, ``advise``'s and the studies').
 
     mu = mean H, mu2 = mean Σ p ln² p (= E[Y²], the μ₂ the bounds use), mean_H2 = E[H²] (the
     literal "entropy's second moment" reading, ≤ mu2 by Jensen), var_surprisal = Var(Y) = mu2 − mu²
     of the pooled surprisal (mixing over contexts), se_mu / se_mu2 = standard errors of mu / mu2
-    across contexts (NaN when n < 2).
+    across contexts (NaN when n < 2). When the contexts come in groups — the positions of one sampled
+    text, which correlate — se_mu_prompt / se_mu2_prompt are the standard errors across the
+    n_prompts group means (NaN without groups or with fewer than two). std_H is the spread of H over
+    contexts and frac_H_below_0p1 the share of contexts with H < 0.1 nats (nearly deterministic).
     """
 
     mu: float
@@ -72,10 +77,43 @@ class MomentEstimate:
     n: int
     se_mu: float
     se_mu2: float
+    se_mu_prompt: float = float("nan")
+    se_mu2_prompt: float = float("nan")
+    n_prompts: int = 0
+    std_H: float = float("nan")
+    frac_H_below_0p1: float = float("nan")
 
     def bound(self, capacity, form: str = "renewal"):
         """:func:`speed_of_light` with these moments."""
         return speed_of_light(self.mu, self.mu2, capacity, form=form)
+
+
+def _se(values: np.ndarray) -> float:
+    return float(values.std(ddof=1) / math.sqrt(values.size)) if values.size >= 2 else float("nan")
+
+
+def pool_moments(H, m2, groups=None) -> MomentEstimate:
+    """The :class:`MomentEstimate` of per-context entropies ``H`` = −Σ p ln p and second log-moments
+    ``m2`` = Σ p ln² p (nats; Pankratov & Alistarh 2026, §3.4): μ, μ₂, E[H²], Var(Y) = μ₂ − μ², the
+    per-context standard errors and, with ``groups`` (one label per context: the prompt whose sampled
+    text a position belongs to), the standard errors across the group means."""
+    H = np.asarray(H, dtype=np.float64).reshape(-1)
+    m2 = np.asarray(m2, dtype=np.float64).reshape(-1)
+    if H.size == 0 or H.shape != m2.shape:
+        raise SpecboundError(f"moments need one H and one m2 per context (at least one), got {H.size} and {m2.size}")
+    mu, mu2 = float(H.mean()), float(m2.mean())
+    grouped = {}
+    if groups is not None:
+        labels = np.asarray(groups).reshape(-1)
+        if labels.shape != H.shape:
+            raise SpecboundError(f"groups must label every context: {labels.size} labels for {H.size} contexts")
+        order = list(dict.fromkeys(labels.tolist()))
+        means_H = np.array([H[labels == g].mean() for g in order])
+        means_m2 = np.array([m2[labels == g].mean() for g in order])
+        grouped = dict(se_mu_prompt=_se(means_H), se_mu2_prompt=_se(means_m2), n_prompts=len(order))
+    return MomentEstimate(mu=mu, mu2=mu2, mean_H2=float((H * H).mean()), var_surprisal=mu2 - mu * mu,
+                          n=int(H.size), se_mu=_se(H), se_mu2=_se(m2), std_H=float(H.std()),
+                          frac_H_below_0p1=float(np.mean(H < 0.1)), **grouped)
 
 
 def _log_softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
@@ -121,25 +159,7 @@ def estimate_moments(rows, temperature: float = 1.0, from_logits: bool = False) 
                 logp = _log_softmax(np.log(probs), temperature)
     probs = np.exp(logp)
     safe_logp = np.where(probs > 0, logp, 0.0)
-    H = -(probs * safe_logp).sum(axis=-1)
-    m2 = (probs * safe_logp * safe_logp).sum(axis=-1)
-    n = H.shape[0]
-    mu = float(H.mean())
-    mu2 = float(m2.mean())
-    if n >= 2:
-        se_mu = float(H.std(ddof=1) / math.sqrt(n))
-        se_mu2 = float(m2.std(ddof=1) / math.sqrt(n))
-    else:
-        se_mu = se_mu2 = float("nan")
-    return MomentEstimate(
-        mu=mu,
-        mu2=mu2,
-        mean_H2=float((H * H).mean()),
-        var_surprisal=mu2 - mu * mu,
-        n=int(n),
-        se_mu=se_mu,
-        se_mu2=se_mu2,
-    )
+    return pool_moments(-(probs * safe_logp).sum(axis=-1), (probs * safe_logp * safe_logp).sum(axis=-1))
 
 
 # ---------------------------------------------------------------------------------------------------
