@@ -89,7 +89,7 @@ def run(args) -> int:
     _check_theory_args(args)
     T = args.horizon
     target = MarkovChain.random(args.states, horizon=T, concentration=args.concentration, seed=args.seed)
-    draft = target.perturbed(args.draft_noise, seed=args.seed + 1)
+    draft = target.perturbed(args.draft_noise, seed=args.seed + 1)      # an instance: see specbound.seeds
     pair = dict(target=target, draft=draft, horizon=T)
 
     def row(drafts, rejections, calls, formula, label):

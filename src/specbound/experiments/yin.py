@@ -22,6 +22,7 @@ import numpy as np
 
 from .report import Stage, omitted_if_none
 from ..measure.stats import mean_se, running_checkpoints, z_score
+from ..seeds import derive_seed
 
 __all__ = ["BERNOULLI_PAIRS", "PAPER", "Settings", "UNIFORM_PAIRS", "Fig2", "Fig3", "fig2_chain", "run_fig2",
            "run_fig3"]
@@ -169,7 +170,9 @@ class Fig2:
 def fig2_chain(seed: int = 0, states: int = 7, horizon: int = 50, concentration: float = 0.5,
                draft_noise: float = 0.6):
     """The Fig. 2 instance: target = random non-stationary chain (Dirichlet rows), draft = target rows
-    mixed with random rows (weight ``draft_noise``). Returns (target, draft)."""
+    mixed with random rows (weight ``draft_noise``). Returns (target, draft). The pair is named by
+    ``seed`` alone — target ``seed``, draft ``seed + 1``, as ``specbound theory`` builds it: a problem
+    instance, not a random stream (:mod:`specbound.seeds`), kept as the published numbers have it."""
     from ..theory import MarkovChain
 
     target = MarkovChain.random(states, horizon=horizon, concentration=concentration, seed=seed)
@@ -179,20 +182,21 @@ def fig2_chain(seed: int = 0, states: int = 7, horizon: int = 50, concentration:
 def engine_rejections(target, draft, horizon: int, drafts: int, design: str, runs: int, seed: int,
                       stage: Stage | None = None) -> np.ndarray:
     """N_rej of the decoding engine on ChainModels (drafting to the horizon), ``runs`` times
-    (``DecodeMetrics.rejections``: rounds that ended at a rejected drafted token)."""
+    (``DecodeMetrics.rejections``: rounds that ended at a rejected drafted token). Run i starts from
+    its own initial state and decodes with its own stream (:mod:`specbound.seeds`)."""
     from ..decoding import speculative_decode
     from ..models import ChainModel
     from ..measure.llm import torch_threads
 
     target_model, draft_model = ChainModel(target, "target-chain"), ChainModel(draft, "draft-chain")
-    rng = np.random.default_rng([seed, 77, drafts, ord(design)])
+    rng = np.random.default_rng(derive_seed(seed, "yin fig2 engine starts", drafts, design))
     initial = rng.choice(target.n_states, size=runs, p=target.initial)
     out = np.empty(runs, dtype=np.int64)
     with torch_threads(1):     # tiny tensors: OpenMP spinning makes 2 threads 5-50x slower on a busy box
         for i in range(runs):
             res = speculative_decode(target_model, draft_model, [int(initial[i])], horizon, gamma=None,
                                      drafts=None if drafts == 1 else drafts, design=design,
-                                     seed=seed * 1_000_003 + 7919 * drafts + i)
+                                     seed=derive_seed(seed, "yin fig2 engine", drafts, design, i))
             out[i] = res.metrics.rejections
             if stage is not None:
                 stage.advance()
@@ -218,9 +222,9 @@ def run_fig2(s: Settings, progress=None) -> tuple[Fig2, dict[str, np.ndarray]]:
     def exact(m: int, design: str) -> float:
         return exact_sd if m == 1 else batch_expected_rejections(**pair, drafts=m, design=design)
 
-    def mc(drafts: int, design: str, runs: int):
+    def mc(drafts: int, design: str, runs: int, stream: str):
         samples = simulate_batch_rejections(**pair, drafts=drafts, design=design, n_runs=runs,
-                                            seed=np.random.default_rng([s.seed, 11, drafts, ord(design), runs]))
+                                            seed=np.random.default_rng(derive_seed(s.seed, stream, drafts, design)))
         mean, se = mean_se(samples)
         return samples, MonteCarlo(mean, se, runs)
 
@@ -229,7 +233,7 @@ def run_fig2(s: Settings, progress=None) -> tuple[Fig2, dict[str, np.ndarray]]:
     rows, raw = {}, {}
     for drafts, design in settings:
         value = exact(drafts, design)
-        samples, stats = mc(drafts, design, s.mc_runs)
+        samples, stats = mc(drafts, design, s.mc_runs, "yin fig2 rows")
         key = "sd" if drafts == 1 else f"M{drafts}{design}"
         raw[key] = samples
         rows[key] = Fig2Row(drafts, design if drafts > 1 else "-", value, T / value, stats,
@@ -243,7 +247,7 @@ def run_fig2(s: Settings, progress=None) -> tuple[Fig2, dict[str, np.ndarray]]:
     for design in ("B", "A"):
         for m in s.curve_mc_drafts:
             if not (design == "A" and m == 1):
-                _, stats = mc(m, design, s.curve_mc_runs)
+                _, stats = mc(m, design, s.curve_mc_runs, "yin fig2 curve")
                 value = (curve_b if design == "B" else curve_a)[s.curve_drafts.index(m)]
                 points.append(CurvePoint(m, design, stats.mean, stats.se, stats.runs, value,
                                          z_score(stats.mean, value, stats.se)))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..seeds import derive_seed
 from .report import Stage
 from .yin import Settings
 
@@ -56,7 +57,8 @@ class Fig4:
 
 
 def fig4_instance(seed: int = 0, vocab: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """Random single-step instance (draft, target), both Dirichlet(1) over ``vocab`` tokens."""
+    """Random single-step instance (draft, target), both Dirichlet(1) over ``vocab`` tokens: a problem
+    instance named by ``seed`` and ``vocab``, not a random stream (:mod:`specbound.seeds`)."""
     rng = np.random.default_rng([seed, 4, vocab])
     draft = rng.dirichlet(np.ones(vocab))
     target = rng.dirichlet(np.ones(vocab))
@@ -116,7 +118,8 @@ def run_fig4(s: Settings, progress=None) -> Fig4:
         for i, eps in enumerate(eps_points):
             accept = over_acceptance(target=target, draft=draft, eps=eps, form=form)
             lp.append(lp_minimal_bias(target=target, draft=draft, accept=accept)[0])
-            core.append(core_one_step_mc(draft, target, eps, form, s.core_mc_rows, seed=s.seed * 1009 + i))
+            core.append(core_one_step_mc(draft, target, eps, form, s.core_mc_rows,
+                                         seed=derive_seed(s.seed, "yin fig4 core", i)))     # both forms: paired
             stage.advance()
         rej, bias, uno = front.rejection, front.bias, front.uno_bias
         has_rej = rej > 1e-12

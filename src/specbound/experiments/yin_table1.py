@@ -23,6 +23,7 @@ from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import default_pair_status, laws_along, score_responses, torch_threads, truncate_at_stop
 from .report import Stage, note
 from ..measure.stats import mean_se, ratio_se, wilson_interval
+from ..seeds import derive_seed
 from .yin import Settings
 
 __all__ = ["Calibration", "Generation", "Table1", "Table1Row", "measure_table1", "run_table1"]
@@ -160,7 +161,8 @@ def calibrate(target, draft, prompts_ids, s: Settings, forms, progress=None) -> 
     stage = Stage(progress, "Table 1 calibration (exact ε sweep)", len(prompts_ids))
     sampling = SamplingConfig(1.0)
     for i, ids in enumerate(prompts_ids):
-        res = speculative_decode(target, draft, [ids], s.tokens, gamma=s.gamma, temperature=1.0, seed=s.seed * 7 + 100 + i)
+        res = speculative_decode(target, draft, [ids], s.tokens, gamma=s.gamma, temperature=1.0,
+                                 seed=derive_seed(s.seed, "yin table1 calibration", i))
         t_laws = laws_along(target, ids, res.tokens, sampling)
         d_laws = laws_along(draft, ids, res.tokens, sampling)
         positions += len(res.tokens)
@@ -186,8 +188,10 @@ def calibrate(target, draft, prompts_ids, s: Settings, forms, progress=None) -> 
 
 def generate_unit(target, draft, prompt_id: str, ids: list[int], i: int, j: int, forms, stops, s: Settings,
                   tokenizer=None) -> list[Generation]:
-    """Every (form, ε, method) generation of prompt ``i``, sample ``j`` (one seed), then the proxy judge."""
-    seed = s.seed * 1_000_003 + 1000 * i + j
+    """Every (form, ε, method) generation of prompt ``i``, sample ``j``, then the proxy judge. The unit has
+    ONE seed, ``derive_seed(s.seed, "yin table1", i, j)``: OPT and UNO (and every form and ε) decode on
+    common random numbers, so a pair differs only through its rule."""
+    seed = derive_seed(s.seed, "yin table1", i, j)
     out = []
     for form in forms:
         for eps in s.table_eps:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..decoding import OracleTreeDrafter, SamplingConfig, Speculator, TargetLaws, make_generator
+from ..seeds import derive_seed
 from ..theory.trees import PathTree, optimal_tree
 from .journal import PartialResults, no_journal
 from .llm import PromptContext
@@ -233,7 +234,8 @@ def oracle_sd(model, prompt_ids: list[list[int]], capacities, n_prompts: int, to
               temperature: float = 1.0, width: int = 12, seed: int = 0, progress=None,
               journal: PartialResults | None = None, key: str = "oracle_sd") -> OracleSD:
     """Tree SD of ``model`` with the oracle drafter at every capacity P (Pankratov & Alistarh 2026,
-    §1): per P, mean accepted X per round vs mean E[X | T] of the drafted trees."""
+    §1): per P, mean accepted X per round vs mean E[X | T] of the drafted trees. Prompt k at capacity P
+    is one journal unit ``{key}/P{P}/{k}`` and one random stream ``derive_seed(seed, key, P, k)``."""
     journal = journal if journal is not None else no_journal()
     config = SamplingConfig(float(temperature))
     caps = [int(c) for c in capacities]
@@ -242,7 +244,7 @@ def oracle_sd(model, prompt_ids: list[list[int]], capacities, n_prompts: int, to
 
     def run(P: int, k: int, ids: list[int]) -> SDRun:
         engine = Speculator(model, OracleTreeDrafter(model, config, P, width=width), config,
-                            generator=make_generator(seed + 7919 * k + P))
+                            generator=make_generator(derive_seed(seed, key, P, k)))
         res = engine.run(ids, tokens)
         m = res.metrics
         return SDRun([r.accepted for r in res.rounds], [r.value for r in res.rounds], [r.size for r in res.rounds],
