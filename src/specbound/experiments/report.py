@@ -2,7 +2,7 @@
 progress bars and output directories. Nothing here measures or computes theory.
 
 * formatting: :func:`fmt`, :func:`pm` and pipe tables (:func:`md_table`);
-* :func:`markdown_to_html`: the small markdown subset the reports use;
+* :func:`markdown_to_html`: a report's markdown as one HTML page (markdown-it-py);
 * JSON: :func:`to_jsonable` (the one converter: dataclasses, NumPy, non-finite → null, int keys →
   strings) and :func:`from_jsonable` (back to the typed results, int keys restored) — they live in
   :mod:`specbound.measure.records` (the journal needs them below the studies) and are re-exported here;
@@ -13,6 +13,7 @@ progress bars and output directories. Nothing here measures or computes theory.
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -52,78 +53,73 @@ def pm(mean, se, digits: int = 3) -> str:
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> str:
-    """A pipe table: first column left-aligned, the others right-aligned."""
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    """A pipe table: first column left-aligned, the others right-aligned; a ``|`` inside a cell
+    (``E[X|T]``) is escaped, so it does not split the cell."""
+    def line(cells) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    lines = [line(header), "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
+    lines += [line(r) for r in rows]
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------
 # markdown → HTML
 # ---------------------------------------------------------------------------------------------------
-_INLINE = [(re.compile(r"`([^`]+)`"), r"<code>\1</code>"), (re.compile(r"\*\*([^*]+)\*\*"), r"<b>\1</b>"),
-           (re.compile(r"(?<![*\w])\*([^*\s][^*]*)\*(?![*\w])"), r"<i>\1</i>"),
-           (re.compile(r"\[([^\]]+)\]\(([^)]+?)\.md\)"), r'<a href="\2.html">\1</a>'),
-           (re.compile(r"\[([^\]]+)\]\(([^)]+)\)"), r'<a href="\2">\1</a>')]
+_STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+          "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;"
+          "text-align:right}th{background:#eee}code{background:#f4f4f4}")
+_MD_LINK = re.compile(r"^(?![a-zA-Z][a-zA-Z0-9+.-]*:|/)([^#?]*)\.md(?=$|[#?])")
 
 
-def _inline(text: str) -> str:
-    out = html.escape(text, quote=False)
-    for pattern, replacement in _INLINE:
-        out = pattern.sub(replacement, out)
-    return out
+@functools.cache
+def _report_markdown():
+    """CommonMark plus pipe tables, raw HTML off (a ``<tag>`` in a report's text is shown, not run)."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.core.ruler.push("specbound_report", _report_tokens)
+    image = md.renderer.rules["image"]
+
+    def render_image(tokens, idx, options, env):
+        out = image(tokens, idx, options, env)
+        if tokens[idx].meta.get("figure"):
+            alt = md.renderer.renderInlineAsText(tokens[idx].children or [], options, env)
+            out += f"<figcaption>{html.escape(alt)}</figcaption>"
+        return out
+
+    md.renderer.rules["image"] = render_image
+    return md
+
+
+def _report_tokens(state) -> None:
+    """The reports' conventions on top of CommonMark: a paragraph that is one image becomes a
+    ``<figure>`` captioned by the alt text; a relative link to ``x.md`` points at ``x.html`` (the
+    report next to it); table cells keep the page's CSS alignment (no inline styles)."""
+    tokens = state.tokens
+    for k, token in enumerate(tokens):
+        if token.type in ("th_open", "td_open"):
+            token.attrs.pop("style", None)
+        if token.type != "inline" or not token.children:
+            continue
+        children = token.children
+        if (len(children) == 1 and children[0].type == "image" and 0 < k < len(tokens) - 1
+                and tokens[k - 1].type == "paragraph_open" and tokens[k + 1].type == "paragraph_close"):
+            tokens[k - 1].tag = tokens[k + 1].tag = "figure"
+            children[0].meta["figure"] = True
+            children[0].attrSet("style", "max-width:100%")
+        for child in children:
+            if child.type == "link_open":
+                child.attrSet("href", _MD_LINK.sub(r"\1.html", str(child.attrGet("href") or "")))
 
 
 def markdown_to_html(md: str, title: str = "specbound report") -> str:
-    """The markdown subset our reports use: headings, pipe tables, lists, images, paragraphs,
-    `code`, **bold**, *italic* and links (``x.md`` links become ``x.html``)."""
-    body: list[str] = []
-    lines = md.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        img = re.fullmatch(r"!\[(.*)\]\((.+)\)", line.strip())
-        if not line.strip():
-            i += 1
-        elif line.startswith("#"):
-            level = min(len(line) - len(line.lstrip("#")), 6)
-            body.append(f"<h{level}>{_inline(line[level:].strip())}</h{level}>")
-            i += 1
-        elif img:
-            body.append(f'<figure><img src="{html.escape(img.group(2))}" alt="{html.escape(img.group(1))}" '
-                        f'style="max-width:100%"><figcaption>{_inline(img.group(1))}</figcaption></figure>')
-            i += 1
-        elif line.startswith("|"):
-            rows = []
-            while i < len(lines) and lines[i].startswith("|"):
-                cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
-                if not all(re.fullmatch(r":?-+:?", c) for c in cells):
-                    rows.append(cells)
-                i += 1
-            out = ["<table>"]
-            for k, cells in enumerate(rows):
-                tag = "th" if k == 0 else "td"
-                out.append("<tr>" + "".join(f"<{tag}>{_inline(c)}</{tag}>" for c in cells) + "</tr>")
-            out.append("</table>")
-            body.append("\n".join(out))
-        elif line.startswith(("- ", "* ")):
-            items = []
-            while i < len(lines) and lines[i].startswith(("- ", "* ")):
-                items.append(f"<li>{_inline(lines[i][2:])}</li>")
-                i += 1
-            body.append("<ul>" + "".join(items) + "</ul>")
-        else:
-            para = []
-            while i < len(lines) and lines[i].strip() and not lines[i].startswith(("#", "|", "- ", "* ", "![")):
-                para.append(lines[i])
-                i += 1
-            body.append(f"<p>{_inline(' '.join(para))}</p>")
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
-             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;"
-             "text-align:right}th{background:#eee}code{background:#f4f4f4}")
+    """A report's markdown as one HTML page (markdown-it-py: CommonMark + pipe tables; raw HTML is
+    escaped). An image alone in its paragraph becomes a captioned figure; ``x.md`` links become
+    ``x.html``."""
+    body = _report_markdown().render(md)
     return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            f"<style>{_STYLE}</style></head><body>\n" + body + "</body></html>\n")
 
 
 # ---------------------------------------------------------------------------------------------------
