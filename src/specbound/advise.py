@@ -39,7 +39,6 @@ from .measure.moments import MomentSample, measure_moments
 from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .seeds import derive_seed
 from .theory.bounds import MomentEstimate
-from .theory.bounds import speed_of_light as bound_on_accepted
 from .theory.speedup import (
     CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup, shared_pass_throughput,
 )
@@ -201,7 +200,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
     moments = measure_moments(target, prompt_ids, config.tokens, 1.0, seed=config.seed, progress=progress)
     positions = choose_positions(moments.samples, config.positions)
     contexts = contexts_at(moments.samples, positions)
-    mu, mu2 = moments.estimate.mu, moments.estimate.mu2
+    estimate = moments.estimate
     modes = {}
     for mode in config.modes:
         sampling = MODES[mode]
@@ -216,8 +215,8 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             else:
                 tau = expected_tokens_per_step(alpha, g)
             seconds = run.draft_seconds_per_call * g      # a draft forward as it costs inside a running chain
-            chain[g] = Setting("chain", g, tau, seconds, g + 1,
-                               float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
+            chain[g] = Setting(kind="chain", size=g, expected_tokens=tau, draft_seconds=seconds, verified_tokens=g + 1,
+                               predicted=float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
         if sampling.greedy:      # along the target's own greedy texts, where greedy decoding goes
             texts = [MomentSample(prompt, tokens) for prompt, tokens in run.texts]
             where = contexts_at(texts, choose_positions(texts, len(contexts), spread="random",
@@ -229,8 +228,9 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
         tree = {}
         for j, P in enumerate(CAPACITIES):
             seconds = _tree_draft_seconds(widths[j], draft_cost)
-            tree[P] = Setting("tree", P, 1.0 + float(values[j]), seconds, P + 1,
-                              float(round_speedup(values[j], seconds, verify_cost, P + 1)))
+            tree[P] = Setting(kind="tree", size=P, expected_tokens=1.0 + float(values[j]), draft_seconds=seconds,
+                              verified_tokens=P + 1,
+                              predicted=float(round_speedup(values[j], seconds, verify_cost, P + 1)))
         advice = ModeAdvice(mode, alpha, chain, tree)
         if mode == "greedy":      # a greedy target is a point mass: the optimal tree is its arg-max chain
             advice.oracle = {P: float(P) for P in CAPACITIES}
@@ -238,16 +238,19 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             oracle = oracle_values(target, moments.samples, CAPACITIES, len(positions), temperature=1.0,
                                    progress=progress)
             advice.oracle = {P: float(v) for P, v in zip(CAPACITIES, oracle.mean)}
-            advice.bound = {P: float(bound_on_accepted(mu, mu2, P, form="renewal")) for P in CAPACITIES}
+            advice.bound = {P: float(estimate.bound(P, form="renewal")) for P in CAPACITIES}
             advice.bound_speedup = {P: float(round_speedup(b, 0.0, verify_cost, P + 1)) for P, b in advice.bound.items()}
         advice.speed_of_light = {P: float(round_speedup(v, 0.0, verify_cost, P + 1)) for P, v in advice.oracle.items()}
         advice.best = max(list(chain.values()) + list(tree.values()), key=lambda s: s.predicted)
         advice.batch = {B: batch_advice(B, chain, advice.oracle, verify_cost, draft_cost) for B in config.batches}
         modes[mode] = advice
-    return Advice(config, {"target": f"{target.name} ({target.info.kernels})", "draft": f"{draft.name} ({draft.info.kernels})"},
-                  {"ks": list(verify_cost.ks), "target_ms": [1e3 * s for s in verify_cost.seconds],
-                   "target_spread": costs.target_spread, "draft_ms": [1e3 * s for s in draft_cost.seconds],
-                   "draft_spread": costs.draft_spread}, moments.estimate, modes, time.perf_counter() - t0)
+    return Advice(config=config,
+                  models={"target": f"{target.name} ({target.info.kernels})",
+                          "draft": f"{draft.name} ({draft.info.kernels})"},
+                  costs={"ks": list(verify_cost.ks), "target_ms": [1e3 * s for s in verify_cost.seconds],
+                         "target_spread": costs.target_spread, "draft_ms": [1e3 * s for s in draft_cost.seconds],
+                         "draft_spread": costs.draft_spread},
+                  moments=estimate, modes=modes, seconds=time.perf_counter() - t0)
 
 
 def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float], verify_cost: CostProfile,
@@ -267,7 +270,8 @@ def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float]
         best = rates[gamma]
     light = {P: float(shared_pass_throughput(1.0 + v, batch, 0.0, P + 1, verify_cost)) for P, v in oracle.items()}
     P = max(light, key=light.get) if light else 0
-    return BatchAdvice(batch, plain, gamma, best, max(light[P], plain) if light else plain, P)
+    return BatchAdvice(batch=batch, plain=plain, gamma=gamma, speculative=best,
+                       speed_of_light=max(light[P], plain) if light else plain, speed_of_light_capacity=P)
 
 
 # ----------------------------------------------------------------------------------------------- check

@@ -164,19 +164,22 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
                 predicted = batch_throughput(0.0, 0, B, costs.draft, costs.target)
             elif alpha and method.startswith("sd γ=") and method != "sd γ=auto":
                 predicted = batch_throughput(alpha, int(method.split("=")[1]), B, costs.draft, costs.target)
+            new_tokens = sum(r["new_tokens"] for r in sel)
             decode_wall = sum(r["wall"] - r["prefill"] for r in sel)
-            rows.append(BatchedRow(B, method, sum(r["new_tokens"] for r in sel) / sum(r["wall"] for r in sel),
-                                   sum(r["new_tokens"] for r in sel) / decode_wall, min(rates), max(rates), statistics.fmean(q["latency"] for q in reqs),
-                                   statistics.fmean(q["tau"] for q in reqs),
-                                   statistics.fmean(q["drafted"] for q in reqs),
-                                   sum(q["tokens"] == alone.get(q["prompt"]) for q in reqs), len(reqs), predicted))
-    ks = list(costs.target.ks)
-    return BatchedResult(config, f"{target.name} ({target.info.kernels})", f"{draft.name} ({draft.info.kernels})",
-                         list(prompt_names), torch.get_num_threads(),
-                         {"ks": ks, "target_ms": [1e3 * s for s in costs.target.seconds],
-                          "target_spread": costs.target_spread, "draft_ms": [1e3 * s for s in costs.draft.seconds],
-                          "draft_spread": costs.draft_spread},
-                         alpha, rows, runs, time.perf_counter() - t_start)
+            rows.append(BatchedRow(
+                batch=B, method=method, tokens_per_second=new_tokens / sum(r["wall"] for r in sel),
+                decode_tokens_per_second=new_tokens / decode_wall, group_rate_min=min(rates), group_rate_max=max(rates),
+                latency_mean=statistics.fmean(q["latency"] for q in reqs), tau=statistics.fmean(q["tau"] for q in reqs),
+                drafted_per_round=statistics.fmean(q["drafted"] for q in reqs),
+                identical=sum(q["tokens"] == alone.get(q["prompt"]) for q in reqs), requests=len(reqs),
+                predicted=predicted))
+    return BatchedResult(
+        config=config, target=f"{target.name} ({target.info.kernels})", draft=f"{draft.name} ({draft.info.kernels})",
+        prompts=list(prompt_names), threads=torch.get_num_threads(),
+        costs={"ks": list(costs.target.ks), "target_ms": [1e3 * s for s in costs.target.seconds],
+               "target_spread": costs.target_spread, "draft_ms": [1e3 * s for s in costs.draft.seconds],
+               "draft_spread": costs.draft_spread},
+        alpha=alpha, rows=rows, runs=runs, seconds=time.perf_counter() - t_start)
 
 
 def markdown(result: BatchedResult, command: str = "") -> str:

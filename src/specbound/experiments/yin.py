@@ -226,7 +226,7 @@ def run_fig2(s: Settings, progress=None) -> tuple[Fig2, dict[str, np.ndarray]]:
         samples = simulate_batch_rejections(**pair, drafts=drafts, design=design, n_runs=runs,
                                             seed=np.random.default_rng(derive_seed(s.seed, stream, drafts, design)))
         mean, se = mean_se(samples)
-        return samples, MonteCarlo(mean, se, runs)
+        return samples, MonteCarlo(mean=mean, se=se, runs=runs)
 
     settings = [(1, "B"), (4, "B"), (5, "B"), (4, "A"), (5, "A")]
     stage = Stage(progress, "Fig. 2 NumPy Monte Carlo", len(settings) + 2 * len(s.curve_mc_drafts))
@@ -236,9 +236,10 @@ def run_fig2(s: Settings, progress=None) -> tuple[Fig2, dict[str, np.ndarray]]:
         samples, stats = mc(drafts, design, s.mc_runs, "yin fig2 rows")
         key = "sd" if drafts == 1 else f"M{drafts}{design}"
         raw[key] = samples
-        rows[key] = Fig2Row(drafts, design if drafts > 1 else "-", value, T / value, stats,
-                            z_score(stats.mean, value, stats.se), Running(*running_checkpoints(samples)),
-                            _formula(drafts, design))
+        runs, running_mean = running_checkpoints(samples)
+        rows[key] = Fig2Row(drafts=drafts, design=design if drafts > 1 else "-", exact=value, speedup=T / value,
+                            numpy_mc=stats, numpy_z=z_score(stats.mean, value, stats.se),
+                            running=Running(runs=runs, running_mean=running_mean), formula=_formula(drafts, design))
         stage.advance()
     curve_b = [exact(m, "B") for m in s.curve_drafts]
     curve_a = [exact(m, "A") for m in s.curve_drafts]
@@ -249,8 +250,8 @@ def run_fig2(s: Settings, progress=None) -> tuple[Fig2, dict[str, np.ndarray]]:
             if not (design == "A" and m == 1):
                 _, stats = mc(m, design, s.curve_mc_runs, "yin fig2 curve")
                 value = (curve_b if design == "B" else curve_a)[s.curve_drafts.index(m)]
-                points.append(CurvePoint(m, design, stats.mean, stats.se, stats.runs, value,
-                                         z_score(stats.mean, value, stats.se)))
+                points.append(CurvePoint(drafts=m, design=design, mean=stats.mean, se=stats.se, runs=stats.runs,
+                                         exact=value, z=z_score(stats.mean, value, stats.se)))
             stage.advance()
     engine_plan = [(1, "B", s.engine_runs), (4, "B", s.engine_runs), (5, "B", s.engine_runs)]
     if s.engine_runs_a:
@@ -263,12 +264,15 @@ def run_fig2(s: Settings, progress=None) -> tuple[Fig2, dict[str, np.ndarray]]:
             mean, se = mean_se(samples)
             row = rows["sd" if drafts == 1 else f"M{drafts}{design}"]
             z = z_score(mean, row.exact, se)
-            row.engine = MonteCarlo(mean, se, runs, z if math.isfinite(z) else None)
-    curve = Fig2Curve(list(s.curve_drafts), curve_b, curve_a, limit, T / limit, points,
-                      bool(np.all(np.diff(curve_b) <= 1e-12)), bool(np.all(np.diff(curve_a) <= 1e-12)),
-                      bool(np.all(np.asarray(curve_a) <= np.asarray(curve_b) + 1e-12)))
-    chain = ChainSpec(s.states, T, s.concentration, s.draft_noise, s.seed, s.seed + 1)
-    return Fig2(chain, rows, curve), raw
+            row.engine = MonteCarlo(mean=mean, se=se, runs=runs, z=z if math.isfinite(z) else None)
+    curve = Fig2Curve(drafts=list(s.curve_drafts), exact_B=curve_b, exact_A=curve_a, limit_B=limit,
+                      limit_speedup=T / limit, mc_points=points,
+                      nonincreasing_B=bool(np.all(np.diff(curve_b) <= 1e-12)),
+                      nonincreasing_A=bool(np.all(np.diff(curve_a) <= 1e-12)),
+                      A_le_B=bool(np.all(np.asarray(curve_a) <= np.asarray(curve_b) + 1e-12)))
+    chain = ChainSpec(states=s.states, horizon=T, concentration=s.concentration, draft_noise=s.draft_noise,
+                      target_seed=s.seed, draft_seed=s.seed + 1)
+    return Fig2(chain=chain, rows=rows, curve=curve), raw
 
 
 # =============================================================================================== Fig. 3
@@ -309,9 +313,9 @@ def run_fig3(s: Settings) -> Fig3:
     def pair(label, tv, target_law, draft_law, closed, rho_closed, **extra) -> Fig3Pair:
         _, rho = residual_chain(target=target_law, draft=draft_law, drafts=mmax)
         recursive = rho[1] - rho[drafts]
-        return Fig3Pair(label, tv, np.asarray(closed).tolist(), recursive.tolist(),
-                        float(np.max(np.abs(closed - recursive))), float(np.max(np.abs(rho_closed - rho[drafts]))),
-                        **extra)
+        return Fig3Pair(label=label, tv=tv, closed=np.asarray(closed).tolist(), recursive=recursive.tolist(),
+                        max_abs_diff=float(np.max(np.abs(closed - recursive))),
+                        max_abs_diff_rho=float(np.max(np.abs(rho_closed - rho[drafts]))), **extra)
 
     bern = [pair(f"a={a:g}, c={c:g}", abs(c - a), np.array([1 - c, c]), np.array([1 - a, a]),
                  bernoulli_batch_improvement(target_p1=c, draft_p1=a, drafts=drafts),
@@ -324,4 +328,5 @@ def run_fig3(s: Settings) -> Fig3:
         unif.append(pair(f"k={k}, m={m}", 1 - m / k, target_law, np.full(k, 1.0 / k),
                          uniform_batch_improvement(target_support=m, draft_support=k, drafts=drafts),
                          uniform_all_reject(target_support=m, draft_support=k, drafts=drafts), k=k, m=m))
-    return Fig3(drafts.tolist(), bern, unif, max(r.max_abs_diff for r in bern + unif))
+    return Fig3(drafts=drafts.tolist(), bernoulli=bern, uniform=unif,
+                max_abs_diff=max(r.max_abs_diff for r in bern + unif))

@@ -97,7 +97,8 @@ def core_one_step_mc(draft, target, eps: float, form: str, rows: int, seed: int)
                 emitted = torch.where(rejected, drawn, tokens)
             freq = np.bincount(emitted.numpy(), minlength=vocab) / rows
             rej = rejected.numpy().astype(np.float64)
-            out[name] = CoreMC(float(rej.mean()), float(rej.std(ddof=1) / math.sqrt(rows)), float(tv(freq, target)), rows)
+            out[name] = CoreMC(rejection=float(rej.mean()), rejection_se=float(rej.std(ddof=1) / math.sqrt(rows)),
+                               empirical_bias=float(tv(freq, target)), rows=rows)
     return out
 
 
@@ -124,9 +125,12 @@ def run_fig4(s: Settings, progress=None) -> Fig4:
         rej, bias, uno = front.rejection, front.bias, front.uno_bias
         has_rej = rej > 1e-12
         forms[form] = Fig4Form(
-            rej.tolist(), bias.tolist(), uno.tolist(), lp, float(np.max(np.abs(rej + bias - distance))),
-            float(np.max(np.abs(np.asarray(lp) - bias))),
-            float(np.min((uno - bias)[has_rej])) if has_rej.any() else None, core)
-        dense[form] = Fig4Curve(eps_dense.tolist(), dense_front.rejection.tolist(), dense_front.bias.tolist(),
-                                dense_front.uno_bias.tolist())
-    return Fig4(s.vocab, draft.tolist(), target.tolist(), distance, eps_points.tolist(), forms, dense)
+            rejection=rej.tolist(), opt_bias=bias.tolist(), uno_bias=uno.tolist(), lp_opt_bias=lp,
+            identity_max_abs_error=float(np.max(np.abs(rej + bias - distance))),
+            lp_max_abs_error=float(np.max(np.abs(np.asarray(lp) - bias))),
+            uno_min_excess_where_rejecting=float(np.min((uno - bias)[has_rej])) if has_rej.any() else None,
+            core_mc=core)
+        dense[form] = Fig4Curve(eps=eps_dense.tolist(), rejection=dense_front.rejection.tolist(),
+                                opt_bias=dense_front.bias.tolist(), uno_bias=dense_front.uno_bias.tolist())
+    return Fig4(vocab=s.vocab, draft=draft.tolist(), target=target.tolist(), tv=distance, eps=eps_points.tolist(),
+                forms=forms, dense=dense)

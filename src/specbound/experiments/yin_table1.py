@@ -173,11 +173,12 @@ def calibrate(target, draft, prompts_ids, s: Settings, forms, progress=None) -> 
                 acc[form][eps]["opt_bias"] += minimal_bias(target=t_laws, draft=d_laws, accept=b).tolist()
                 acc[form][eps]["uno_bias"] += uno_bias(target=t_laws, draft=d_laws, accept=b).tolist()
         stage.advance()
-    rows = {form: [CalibrationRow(eps, float(np.mean(r["rejection"])), 1.0 - float(np.mean(r["rejection"])),
-                                  float(np.mean(r["opt_bias"])), float(np.mean(r["uno_bias"])))
+    rows = {form: [CalibrationRow(eps=eps, rejection=float(np.mean(r["rejection"])),
+                                  acceptance=1.0 - float(np.mean(r["rejection"])),
+                                  opt_bias=float(np.mean(r["opt_bias"])), uno_bias=float(np.mean(r["uno_bias"])))
                    for eps, r in acc[form].items()] for form in forms}
-    sd = rows[forms[0]][0].rejection
-    out = Calibration(len(prompts_ids), positions, rows, sd)
+    out = Calibration(prompts=len(prompts_ids), positions=positions, forms=rows,
+                      sd_rejection=rows[forms[0]][0].rejection)
     if "additive" in forms:
         smallest = rows["additive"][1].rejection
         out.additive_share_removed_at_smallest_eps = 1.0 - smallest / sd if sd > 0 else float("nan")
@@ -201,10 +202,11 @@ def generate_unit(target, draft, prompt_id: str, ids: list[int], i: int, j: int,
                 m = res.metrics
                 probs = [a for r in res.rounds for a in r.accept_probs]    # b(x) of every tested drafted token
                 out.append(Generation(
-                    form, eps, method, prompt_id, i, j, seed, res.tokens, m.new_tokens, m.rejections, m.bias_positions,
-                    m.expected_bias, m.target_calls, m.total_time, res.lossless, res.method,
-                    list(m.accepted_per_step), list(m.drafted_per_step),
-                    exact_rejection_sum=float(sum(1.0 - a for a in probs)),
+                    form=form, eps=eps, method=method, prompt=prompt_id, prompt_index=i, sample=j, seed=seed,
+                    tokens=res.tokens, new_tokens=m.new_tokens, rejections=m.rejections, verified=m.bias_positions,
+                    expected_bias=m.expected_bias, target_calls=m.target_calls, seconds=m.total_time,
+                    lossless=res.lossless, method_name=res.method, accepted_per_step=list(m.accepted_per_step),
+                    drafted_per_step=list(m.drafted_per_step), exact_rejection_sum=float(sum(1.0 - a for a in probs)),
                     exact_rejection_var=float(sum(a * (1.0 - a) for a in probs))))
     judged = [truncate_at_stop(g.tokens, stops) for g in out]
     for g, resp, score in zip(out, judged, score_responses(target, ids, judged)):
@@ -221,11 +223,15 @@ def _method_stats(group: list[Generation]) -> MethodStats:
     var = float(np.sum([g.exact_rejection_var for g in group]))
     verified = float(np.sum([g.verified for g in group]))
     return MethodStats(
-        rate, rate_se, exact / verified if verified else float("nan"), n_rej, exact,
-        (n_rej - exact) / math.sqrt(var) if var > 0 else float("nan"), 1 - rate,
-        mean_se([g.expected_bias / max(g.new_tokens, 1) for g in group]),
-        mean_se([g.expected_bias / max(g.verified, 1) for g in group]), mean_se([g.score for g in group]),
-        float(np.sum([g.new_tokens for g in group]) / max(1, np.sum([g.target_calls for g in group]))))
+        rejection_rate=rate, rejection_rate_se=rate_se,
+        exact_rejection_rate_visited=exact / verified if verified else float("nan"), rejections=n_rej,
+        expected_rejections_visited=exact, z_vs_exact=(n_rej - exact) / math.sqrt(var) if var > 0 else float("nan"),
+        acceptance_rate=1 - rate,
+        bias_per_token_mean_se=mean_se([g.expected_bias / max(g.new_tokens, 1) for g in group]),
+        bias_per_verified_position_mean_se=mean_se([g.expected_bias / max(g.verified, 1) for g in group]),
+        score_mean_se=mean_se([g.score for g in group]),
+        tokens_per_target_call=float(np.sum([g.new_tokens for g in group])
+                                     / max(1, np.sum([g.target_calls for g in group]))))
 
 
 def table_rows(generations: list[Generation], forms, table_eps, calibration: Calibration, stops) -> list[Table1Row]:
@@ -253,12 +259,15 @@ def table_rows(generations: list[Generation], forms, table_eps, calibration: Cal
             n, decisive = len(pairs), wins + losses
             c = calib[form]
             rows.append(Table1Row(
-                form, eps, n, wins, losses, ties, (wins + 0.5 * ties) / n if n else float("nan"),
-                wilson_interval(wins + 0.5 * ties, n), wins / decisive if decisive else float("nan"),
-                wilson_interval(wins, decisive) if decisive else (None, None), mean_se(diffs), mean_se(rate_diffs),
-                {"rejection": c[eps].rejection, "opt_bias": c[eps].opt_bias, "uno_bias": c[eps].uno_bias,
-                 "sd_rejection": c[0.0].rejection},
-                _method_stats([p[0] for p in pairs]), _method_stats([p[1] for p in pairs])))
+                form=form, eps=eps, pairs=n, wins=wins, losses=losses, ties=ties,
+                win_rate=(wins + 0.5 * ties) / n if n else float("nan"),
+                win_rate_ci95=wilson_interval(wins + 0.5 * ties, n),
+                win_rate_decisive=wins / decisive if decisive else float("nan"),
+                win_rate_decisive_ci95=wilson_interval(wins, decisive) if decisive else (None, None),
+                loglik_diff_mean_se=mean_se(diffs), rejection_rate_diff_mean_se=mean_se(rate_diffs),
+                theory={"rejection": c[eps].rejection, "opt_bias": c[eps].opt_bias, "uno_bias": c[eps].uno_bias,
+                        "sd_rejection": c[0.0].rejection},
+                opt=_method_stats([p[0] for p in pairs]), uno=_method_stats([p[1] for p in pairs])))
     return rows
 
 

@@ -60,10 +60,10 @@ class PartialResults:
             raise SpecboundError(f"{self.path} is not a specbound partial-results file (bad first line); "
                                  "remove it or run without --resume")
         if header["specbound_partial"] != _FORMAT or header.get("seeds") != SEED_SCHEME:
+            seeds = header.get("seeds", "by inline arithmetic")
             raise SpecboundError(f"{self.path} was written by another version of specbound (partial-results format "
-                                 f"{header['specbound_partial']}, seeds {header.get('seeds', 'by inline arithmetic')}): "
-                                 "its units drew other random streams, so they cannot be mixed with new ones; "
-                                 "run without --resume to start afresh")
+                                 f"{header['specbound_partial']}, seeds {seeds}): its units drew other random "
+                                 "streams, so they cannot be mixed with new ones; run without --resume to start afresh")
         if header.get("fingerprint") != self.fingerprint:
             raise SpecboundError(f"{self.path} was written with other settings ({header.get('fingerprint')!r:.200}); "
                                  "rerun with the same options, or without --resume to start afresh")

@@ -95,7 +95,8 @@ def oracle_tree_at(model, context: list[int], capacity: int, temperature: float 
     root = laws.laws[()]
     with np.errstate(divide="ignore", invalid="ignore"):
         root_H = float(-(root * np.where(root > 0, np.log(root), 0.0)).sum())
-    return tree, TreeRead(laws.reads, len(laws.laws), time.perf_counter() - t0, root_H, float(root.max()), tree.depth)
+    return tree, TreeRead(reads=laws.reads, laws=len(laws.laws), seconds=time.perf_counter() - t0, root_entropy=root_H,
+                          root_top=float(root.max()), depth=tree.depth)
 
 
 def choose_positions(samples, n: int, spread: str = "even", seed: int = 0) -> list[tuple[int, int]]:
@@ -247,8 +248,9 @@ def oracle_sd(model, prompt_ids: list[list[int]], capacities, n_prompts: int, to
                             generator=make_generator(derive_seed(seed, key, P, k)))
         res = engine.run(ids, tokens)
         m = res.metrics
-        return SDRun([r.accepted for r in res.rounds], [r.value for r in res.rounds], [r.size for r in res.rounds],
-                     m.new_tokens, m.target_calls, m.draft_time, m.target_time)
+        return SDRun(accepted=[r.accepted for r in res.rounds], values=[r.value for r in res.rounds],
+                     sizes=[r.size for r in res.rounds], tokens=m.new_tokens, target_calls=m.target_calls,
+                     draft_seconds=m.draft_time, target_seconds=m.target_time)
 
     out = OracleSD(caps, len(prompts), int(tokens))
     for P in caps:
