@@ -8,6 +8,9 @@
 (iii) **Synthetic i.i.d. checks** (docs/paper-notes.md, Pankratov §5 T3/T4): the slope of E[X*] vs
       ln P must be 1/μ (within 5%), and the rigorous bounds must hold, for identical and random i.i.d.
       environments.
+
+:func:`run` is the study (:class:`Settings` in, :class:`PankratovResult` out: (iii), then (i) and (ii)
+when the packaged pair is there); :mod:`.pankratov_report` renders it.
 """
 from __future__ import annotations
 
@@ -28,9 +31,9 @@ from .report import omitted_if_none, progress_bar
 from ..measure.stats import fit_log_slope
 from ..seeds import derive_seed
 
-__all__ = ["IDENTICAL_CASES", "LLMStudy", "MomentRow", "PankratovResult", "SETS", "SyntheticCase",
-           "SyntheticChecks", "identical_environment_case", "llm_configs", "moments_table",
-           "random_environment_case", "run_llm", "synthetic_checks"]
+__all__ = ["IDENTICAL_CASES", "LLMStudy", "MomentRow", "PankratovResult", "SETS", "Settings", "SyntheticCase",
+           "SyntheticChecks", "augment", "identical_environment_case", "llm_configs", "moments_table",
+           "random_environment_case", "run", "run_llm", "synthetic_checks"]
 
 PAPER = "Pankratov & Alistarh 2026 (arXiv 2512.11718)"
 SETS = ("humaneval", "mtbench", "gsm8k")
@@ -171,8 +174,9 @@ def synthetic_checks(quick: bool = False, seed: int = 0) -> SyntheticChecks:
     cases = [identical_environment_case(name, law, p_max) for name, law in IDENTICAL_CASES]
     cases.append(random_environment_case(n_envs=60 if quick else 300, p_max=1024 if quick else 4096,
                                          moment_draws=30_000 if quick else 200_000, seed=seed))
-    return SyntheticChecks(cases, SLOPE_TOLERANCE, all(c.within_tolerance for c in cases),
-                           all(c.renewal_holds and c.published_holds_P_ge_3 for c in cases))
+    return SyntheticChecks(cases=cases, tolerance=SLOPE_TOLERANCE,
+                           all_within_tolerance=all(c.within_tolerance for c in cases),
+                           all_bounds_hold=all(c.renewal_holds and c.published_holds_P_ge_3 for c in cases))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -258,6 +262,47 @@ class PankratovResult:
     augmented: Augmented | None = omitted_if_none()
 
 
+@dataclass
+class Settings:
+    """What ``reproduce pankratov`` runs: the quick sizes or the full ones (:func:`llm_configs`), with or
+    without the real-model parts."""
+
+    quick: bool = False
+    skip_llm: bool = False
+
+    def llm_config(self) -> tuple[AnalyzeConfig, tuple[str, ...]]:
+        """(configuration of the real-model parts, sets analysed for Fig. 2): :func:`llm_configs`."""
+        return llm_configs(self.quick)
+
+
+def run(settings: Settings, progress: bool = True, journal: PartialResults | None = None,
+        log=print) -> PankratovResult:
+    """The study: (iii) the synthetic checks, then (i) the moments table and (ii) Fig. 2 in kind on the
+    packaged pair (every unit through ``journal``, for ``--resume``) unless ``settings.skip_llm`` or the
+    pair is missing (``llm_note`` says which)."""
+    from ..measure.llm import default_pair_status
+
+    t0 = time.perf_counter()
+    log("== (iii) synthetic i.i.d. checks")
+    synthetic = synthetic_checks(settings.quick)
+    for c in synthetic.cases:
+        log(f"   {c.name}: slope {c.slope:.4f} vs 1/mu {c.inverse_mu:.4f} ({c.relative_error:+.2%})")
+    result = PankratovResult(quick=settings.quick, synthetic=synthetic, llm=None)
+    if settings.skip_llm:
+        result.llm_note = "--skip-llm was given"
+    else:
+        ok, why = default_pair_status()
+        if not ok:
+            result.llm_note = why
+        else:
+            cfg, fig_sets = settings.llm_config()
+            result.llm_config = cfg
+            result.llm = run_llm(cfg, fig_sets, progress, log=log, journal=journal)
+    result.seconds = time.perf_counter() - t0
+    result.finished = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    return result
+
+
 def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
             journal: PartialResults | None = None) -> LLMStudy:
     """(i) and (ii) on the packaged models (loads them; every unit goes through ``journal``)."""
@@ -306,7 +351,8 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
         gc.collect()
         timings[f"table_{name}"] = time.perf_counter() - t0
     timings["llm_total"] = time.perf_counter() - t_start
-    return LLMStudy(analyses, table_rows, timings, skipped, torch.get_num_threads())
+    return LLMStudy(analyses=analyses, table=table_rows, timings=timings, skipped_models=skipped,
+                    torch_threads=torch.get_num_threads())
 
 
 def augment(result: PankratovResult, progress: bool = True, log=print) -> PankratovResult:

@@ -1,36 +1,19 @@
-"""`specbound reproduce yin`, the report: summary.md, results.json and fig2a–fig4 PNGs."""
+"""`specbound reproduce yin`, the report: summary.md, results.json and fig2a–fig4 PNGs of a
+:class:`~.yin_study.YinResult` (rendering only: :func:`.yin_study.run` measures)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from .report import fmt, md_table, pm, write_json, write_text
-from .yin import PAPER, Fig2, Fig3, Settings
+from .yin import PAPER, Fig2, Fig3
 from .yin_pareto import Fig4
+from .yin_study import YinResult
 from .yin_table1 import Table1
 
-__all__ = ["YinResult", "summary_markdown", "write_figures", "write_results"]
+__all__ = ["FIGURES", "summary_markdown", "write_figures", "write_results"]
 
 FIGURES = ["fig2a.png", "fig2b.png", "fig2c.png", "fig3.png", "fig4.png"]
-
-
-@dataclass
-class YinResult:
-    """Everything ``reproduce yin`` measured (JSON: ``results.json``)."""
-
-    command: str
-    config: Settings
-    machine: dict[str, str]
-    fig2: Fig2
-    fig3: Fig3
-    fig4: Fig4
-    table1: Table1
-    runtime_seconds: dict[str, float] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)
-    paper: str = "Yin, Chen, Huang, Wang 2024, A Theoretical Perspective for Speculative Decoding Algorithm"
 
 
 def _fig2_section(f2: Fig2) -> list[str]:
@@ -171,9 +154,12 @@ def summary_markdown(result: YinResult) -> str:
     return "\n".join(L)
 
 
-def write_figures(out_dir: Path, f2: Fig2, raw2: dict[str, np.ndarray], f3: Fig3, f4: Fig4) -> list[str]:
+def write_figures(out_dir: Path, result: YinResult) -> list[str]:
+    """fig2a–fig4 PNGs (Fig. 2a/b draw the raw Monte Carlo samples of ``result.fig2_samples``); returns
+    their names."""
     from . import plots
 
+    f2, raw2, f3, f4 = result.fig2, result.fig2_samples, result.fig3, result.fig4
     T, rows = f2.chain.horizon, f2.rows
 
     def eng(key):

@@ -177,8 +177,8 @@ def calibrate(target, draft, prompts_ids, s: Settings, forms, progress=None) -> 
                                   acceptance=1.0 - float(np.mean(r["rejection"])),
                                   opt_bias=float(np.mean(r["opt_bias"])), uno_bias=float(np.mean(r["uno_bias"])))
                    for eps, r in acc[form].items()] for form in forms}
-    out = Calibration(prompts=len(prompts_ids), positions=positions, forms=rows,
-                      sd_rejection=rows[forms[0]][0].rejection)
+    sd = rows[forms[0]][0].rejection
+    out = Calibration(prompts=len(prompts_ids), positions=positions, forms=rows, sd_rejection=sd)
     if "additive" in forms:
         smallest = rows["additive"][1].rejection
         out.additive_share_removed_at_smallest_eps = 1.0 - smallest / sd if sd > 0 else float("nan")

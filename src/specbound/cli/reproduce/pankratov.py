@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from ...errors import SpecboundError
@@ -27,9 +26,12 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    """Entry point of ``specbound reproduce pankratov``: options, output directory and journal; the study
+    (:func:`specbound.experiments.pankratov.run`, or :func:`~specbound.experiments.pankratov.augment` of a
+    finished run); the report; the exit code (1 when a synthetic check fails)."""
     from ...measure.journal import PARTIAL_NAME, PartialResults
-    from ...measure.llm import default_pair_status
-    from ...experiments.pankratov import PankratovResult, augment, llm_configs, run_llm, synthetic_checks
+    from ...experiments.pankratov import PankratovResult, Settings, augment
+    from ...experiments.pankratov import run as run_study
     from ...experiments.pankratov_report import render
     from ...experiments.report import check_output_dir, from_jsonable, to_jsonable
 
@@ -50,29 +52,15 @@ def run(args) -> int:
         result = augment(result, progress=progress)
         render(result, out)
         return _exit_code(result)
-    t0 = time.perf_counter()
-    print("== (iii) synthetic i.i.d. checks")
-    synthetic = synthetic_checks(args.quick)
-    for c in synthetic.cases:
-        print(f"   {c.name}: slope {c.slope:.4f} vs 1/mu {c.inverse_mu:.4f} ({c.relative_error:+.2%})")
-    result = PankratovResult(quick=args.quick, synthetic=synthetic, llm=None)
+    settings = Settings(quick=args.quick, skip_llm=args.skip_llm)
     journal = None
-    if args.skip_llm:
-        result.llm_note = "--skip-llm was given"
-    else:
-        ok, why = default_pair_status()
-        if not ok:
-            result.llm_note = why
-        else:
-            cfg, fig_sets = llm_configs(args.quick)
-            result.llm_config = cfg
-            journal = PartialResults(Path(out) / PARTIAL_NAME, {"study": "reproduce pankratov",
-                                                                "config": to_jsonable(cfg)}, resume=args.resume)
-            result.llm = run_llm(cfg, fig_sets, progress, journal=journal)
+    if not settings.skip_llm:
+        cfg, _ = settings.llm_config()
+        journal = PartialResults(Path(out) / PARTIAL_NAME, {"study": "reproduce pankratov", "config": to_jsonable(cfg)},
+                                 resume=args.resume)
+    result = run_study(settings, progress, journal)
     if result.llm is None:
         print(f"NOTE: LLM parts skipped: {result.llm_note}")
-    result.seconds = time.perf_counter() - t0
-    result.finished = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     render(result, out)
     if journal is not None:
         journal.discard()

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -64,60 +63,43 @@ def settings_from_args(args):
 
 
 def run(args) -> int:
-    """Entry point of ``specbound reproduce yin``."""
-    import torch
+    """Entry point of ``specbound reproduce yin``: settings, output directory and journal; the study
+    (:func:`specbound.experiments.yin_study.run`); figures, summary.md and results.json; a short summary."""
     from rich.console import Console
 
     from ...measure.journal import PARTIAL_NAME, PartialResults
     from ...experiments.report import check_output_dir, progress_bar, to_jsonable
-    from ...experiments.yin import QUICK_TOTAL_SECONDS, run_fig2, run_fig3
-    from ...experiments.yin_pareto import run_fig4
-    from ...experiments.yin_report import YinResult, write_figures, write_results
-    from ...experiments.yin_table1 import run_table1
+    from ...experiments.yin_report import write_figures, write_results
+    from ...experiments.yin_study import run as run_study
 
     s = settings_from_args(args)
     out_dir = check_output_dir(s.out)
     journal = None
     if not s.skip_llm:
         fingerprint = {"study": "reproduce yin table 1", "settings": to_jsonable(s)}
-        for volatile in ("out", "llm_budget"):       # neither changes what a unit measures
+        for volatile in ("out", "llm_budget", "quick_total_seconds"):     # none changes what a unit measures
             fingerprint["settings"].pop(volatile, None)
         journal = PartialResults(Path(out_dir) / PARTIAL_NAME, fingerprint, resume=args.resume)
     console = Console(stderr=True)
-    start = time.perf_counter()
-    runtime = {}
-    with progress_bar(console=console) as progress:
-        t = time.perf_counter()
-        f2, raw2 = run_fig2(s, progress)
-        runtime["fig2"] = time.perf_counter() - t
-        t = time.perf_counter()
-        f3 = run_fig3(s)
-        runtime["fig3"] = time.perf_counter() - t
-        t = time.perf_counter()
-        f4 = run_fig4(s, progress)
-        runtime["fig4"] = time.perf_counter() - t
-        t = time.perf_counter()
-        if s.quick and args.llm_minutes is None:
-            s.llm_budget = max(0.0, QUICK_TOTAL_SECONDS - (t - start) - 5.0)   # 5 s for figures + report
-        t1 = run_table1(s, progress, journal)
-        runtime["table1"] = time.perf_counter() - t
-    t = time.perf_counter()
-    files = write_figures(out_dir, f2, raw2, f3, f4)
-    runtime["figures"] = time.perf_counter() - t
-    runtime["total"] = time.perf_counter() - start
     command = ("specbound reproduce yin " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["reproduce", "yin"]
                else "specbound reproduce yin")
-    result = YinResult(command, s, {"platform": platform.platform(), "python": platform.python_version(),
-                                    "torch": torch.__version__, "torch_threads": str(torch.get_num_threads())},
-                       f2, f3, f4, t1, runtime, files + ["summary.md", "results.json"])
+    start = time.perf_counter()
+    with progress_bar(console=console) as progress:
+        result = run_study(s, progress, journal, command=command)
+    t = time.perf_counter()
+    result.files = write_figures(out_dir, result) + ["summary.md", "results.json"]
+    result.runtime_seconds["figures"] = time.perf_counter() - t
+    result.runtime_seconds["total"] = time.perf_counter() - start
     write_results(result, out_dir)
     if journal is not None:
         journal.discard()
+    f2, f4, t1 = result.fig2, result.fig4, result.table1
     sd = f2.rows["sd"]
     console.print(f"[bold]Fig. 2[/bold]: exact E[N_rej] = {sd.exact:.4f} (speed-up {s.horizon / sd.exact:.3f}); "
                   f"NumPy MC {sd.numpy_mc.mean:.3f} ± {sd.numpy_mc.se:.3f}; paper 16.41 / 3.05 (own chain)")
     console.print(f"[bold]Fig. 4[/bold]: TV = {f4.tv:.4f}; max |rej + bias − TV| = "
                   f"{max(d.identity_max_abs_error for d in f4.forms.values()):.1e}")
     console.print(f"[bold]Table 1[/bold]: {t1.status}" + (f" — {t1.note}" if t1.note else ""))
-    console.print(f"Wrote {out_dir}/summary.md, results.json and {len(files)} figures in {runtime['total']:.1f} s")
+    console.print(f"Wrote {out_dir}/summary.md, results.json and {len(result.files) - 2} figures in "
+                  f"{result.runtime_seconds['total']:.1f} s")
     return 0
