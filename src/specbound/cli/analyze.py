@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import SpecboundError
 from .arguments import at_least, int_list, positive_threads
 
 HELP = "measure mu, mu2, oracle E[X*](P), bounds and drafters on real models (Pankratov & Alistarh)"
@@ -53,33 +52,30 @@ def config_from_args(args):
 
 
 def run(args) -> int:
+    """Options, output directory and journal; the study (:func:`specbound.experiments.analyze.run`); the report."""
     import torch
 
     from ..assets.prompts import load_prompts
-    from ..models.loading import DEFAULT_DRAFT, DEFAULT_TARGET, load_model
-    from ..experiments.analyze import analyze_set
+    from ..experiments.analyze import Settings
+    from ..experiments.analyze import run as run_study
     from ..experiments.analyze_report import write_report
     from ..measure.journal import PARTIAL_NAME, PartialResults
     from ..experiments.report import check_output_dir, to_jsonable
+    from ..models.loading import DEFAULT_DRAFT, DEFAULT_TARGET
 
     positive_threads(args)
     cfg = config_from_args(args)
-    prompts = load_prompts(args.prompts, cfg.n_prompts)
+    load_prompts(args.prompts, cfg.n_prompts)          # an unknown or missing set fails here, before any output
     out = check_output_dir(args.out or f"runs/analyze-{args.prompts}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    progress = not args.no_progress
-    target_name, draft_name = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
+    settings = Settings(args.prompts, cfg, target=args.target or DEFAULT_TARGET, draft=args.draft or DEFAULT_DRAFT,
+                        draft_int8=not args.draft_fp32)
     journal = PartialResults(Path(out) / PARTIAL_NAME,
-                             {"study": "analyze", "set": args.prompts, "target": target_name, "draft": draft_name,
-                              "draft_int8": not args.draft_fp32, "config": to_jsonable(cfg)}, resume=args.resume)
-    target = load_model(target_name, progress=progress)
-    draft = load_model(draft_name, progress=progress, int8=not args.draft_fp32)
-    if target.vocab_size != draft.vocab_size:
-        raise SpecboundError(f"vocabulary mismatch: {target.name} {target.vocab_size} vs {draft.name} {draft.vocab_size}")
-    if journal.reused or len(journal):
-        print(f"resuming: {len(journal)} finished units in {journal.path}")
-    result = analyze_set(target, draft, args.prompts, cfg, prompts=prompts, progress=progress, journal=journal)
+                             {"study": "analyze", "set": settings.prompt_set, "target": settings.target,
+                              "draft": settings.draft, "draft_int8": settings.draft_int8, "config": to_jsonable(cfg)},
+                             resume=args.resume)
+    result = run_study(settings, progress=not args.no_progress, journal=journal)
     paths = write_report(result, out)
     journal.discard()
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -11,6 +11,8 @@
 
 X counts accepted draft tokens (the bonus/recovered token is not), τ = tokens per target call.
 Everything is a typed result keyed by the capacity P (an int); :mod:`.analyze_report` renders it.
+:func:`run` is the study (:class:`Settings` in: loads the pair and the prompts, checks them, runs
+:func:`analyze_set`); :func:`analyze_set` works on models already loaded.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from ..errors import SpecboundError
 from ..theory.bounds import BOUND_FORMS, MomentEstimate, bound_all_forms, bound_is_valid
 from ..theory.speedup import CostProfile
@@ -32,8 +35,8 @@ from ..measure.moments import MomentSample, measure_moments
 from ..measure.oracle import OracleSD, OracleValues, oracle_sd, oracle_values
 from .report import omitted_if_none, progress_bar
 
-__all__ = ["AnalyzeConfig", "Costs", "SetAnalysis", "SpeedupRow", "Speedups", "TightestBound", "analyze_set",
-           "speedups", "tightest_bound"]
+__all__ = ["AnalyzeConfig", "Costs", "SetAnalysis", "Settings", "SpeedupRow", "Speedups", "TightestBound",
+           "analyze_set", "run", "speedups", "tightest_bound"]
 
 DEFAULT_CAPACITIES = (1, 2, 4, 8, 16, 32, 64)
 TREE_DRAFTER_KINDS = ("chain", "dynamic", "sampled")
@@ -293,3 +296,35 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
         result.costs = Costs(list(costs.ks), list(costs.seconds))
         timings["costs"] = time.perf_counter() - t0
     return result.finalize()
+
+
+@dataclass
+class Settings:
+    """What ``specbound analyze`` measures: one prompt set on one pair (packaged names or directories),
+    with the sizes of ``config``."""
+
+    prompt_set: str
+    config: AnalyzeConfig = field(default_factory=AnalyzeConfig)
+    target: str = DEFAULT_TARGET
+    draft: str = DEFAULT_DRAFT
+    draft_int8: bool = True
+
+
+def run(settings: Settings, progress: bool = True, journal: PartialResults | None = None,
+        log=print) -> SetAnalysis:
+    """The study: load the prompts and the pair (the int8 draft unless ``draft_int8`` is False), check
+    that they share a vocabulary, then :func:`analyze_set` (every unit through ``journal``)."""
+    from ..assets.prompts import load_prompts
+    from ..models.loading import load_model
+
+    cfg = settings.config
+    prompts = load_prompts(settings.prompt_set, cfg.n_prompts)
+    target = load_model(settings.target, progress=progress)
+    draft = load_model(settings.draft, progress=progress, int8=settings.draft_int8)
+    if target.vocab_size != draft.vocab_size:
+        raise SpecboundError(f"vocabulary mismatch: {target.name} {target.vocab_size} vs {draft.name} "
+                             f"{draft.vocab_size}")
+    if journal is not None and (journal.reused or len(journal)):
+        log(f"resuming: {len(journal)} finished units in {journal.path}")
+    return analyze_set(target, draft, settings.prompt_set, cfg, prompts=prompts, progress=progress, log=log,
+                       journal=journal)
