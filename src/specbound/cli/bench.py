@@ -1,6 +1,7 @@
 """`specbound bench`: speed against the strongest peers (held-out prompts), or --verify-cost."""
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from ..errors import SpecboundError
@@ -58,7 +59,7 @@ def run(args) -> int:
     from ..experiments.report import check_output_dir
 
     at_least(args, 1, "n_prompts", "max_new_tokens", "repeats", "seeds")
-    at_least(args, 0, "offset", "threads")
+    at_least(args, 0, "offset", "threads", "seed")
     modes = name_list(args.modes, MODES, "--modes")
     methods = name_list(args.methods, BENCH_METHODS, "--methods")
     if any(m in LLAMACPP_METHODS for m in methods) and not (args.verify_cost or args.contention):
@@ -80,9 +81,10 @@ def run(args) -> int:
     configure_threads(args.threads)
     if args.verify_cost:
         return _verify_cost(args, out)
-    config = BenchConfig(args.prompt_set, args.offset, len(prompts), args.max_new_tokens, modes, methods, args.seed,
-                         args.seeds)
-    return _bench(args, config, prompts, out)
+    config = BenchConfig(prompt_set=args.prompt_set, offset=args.offset, n_prompts=len(prompts),
+                         max_new_tokens=args.max_new_tokens, modes=modes, methods=methods, seed=args.seed,
+                         seeds=args.seeds)
+    return _bench(args, config, out)
 
 
 def _gammas(text: str) -> tuple:
@@ -105,27 +107,19 @@ def _gammas(text: str) -> tuple:
 
 
 def _batched(args, gammas, prompts, out) -> int:
-    import importlib.util
-
     from rich.console import Console
 
-    from ..assets.models import DEFAULT_TARGET
-    from ..experiments.batched import BatchedConfig, markdown, run_batched
+    from ..experiments.batched import BatchedConfig, BatchedSettings, markdown, run
     from ..experiments.report import to_jsonable, write_json, write_text
-    from ..measure.llm import encode_prompts
-    from ..models.loading import load_gguf_model, load_pair
 
     console = Console(stderr=True)
-    with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
-        target, draft = load_pair(args.target, args.draft, draft_int8=True, target_precision=args.target_precision,
-                                  draft_engine="torch")
-        llama = None
-        if importlib.util.find_spec("llama_cpp") is not None:
-            llama = load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
-    config = BatchedConfig(args.prompt_set, args.offset, len(prompts), args.max_new_tokens, tuple(args.batch), gammas)
-    with console.status("batched requests…") as status:
-        result = run_batched(target, draft, encode_prompts(target, prompts), [p.id for p in prompts], config, llama,
-                             progress=lambda text: status.update(f"batched requests: {text}"))
+    config = BatchedConfig(prompt_set=args.prompt_set, offset=args.offset, n_prompts=len(prompts),
+                           tokens=args.max_new_tokens, batches=tuple(args.batch), gammas=gammas)
+    settings = BatchedSettings(config, target=args.target, draft=args.draft, target_precision=args.target_precision)
+    status = console.status("loading models (first use converts the packaged weights, a few minutes)…")
+    with status:
+        result = run(settings, progress=lambda text: status.update(f"batched requests: {text}"),
+                     loading=lambda: _step(status, "batched requests…"))
     text = markdown(result, "specbound bench " + " ".join(sys.argv[2:]))
     stem = f"batched-{args.prompt_set}"
     write_json(to_jsonable(result), out / f"{stem}.json")
@@ -135,12 +129,25 @@ def _batched(args, gammas, prompts, out) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _step(status, after: str):
+    """The status line stays as it is during the step, then says ``after``."""
+    yield
+    status.update(after)
+
+
 def _verify_cost(args, out) -> int:
+    import json
+    import time
+
+    from ..experiments.report import write_text
     from ..experiments.verify_cost import markdown, run_verify_cost
 
-    report = run_verify_cost(args.target, repeats=args.repeats, out_dir=out)
+    report = run_verify_cost(args.target, repeats=args.repeats)
+    path = out / f"verify-cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    write_text(path, json.dumps(report, indent=2))
     print(markdown(report))
-    print(f"wrote {report['json_path']}", file=sys.stderr)
+    print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -163,41 +170,26 @@ def _contention(args, out) -> int:
     return 0
 
 
-def _bench(args, config, prompts, out) -> int:
+def _bench(args, config, out) -> int:
     from rich.console import Console
 
-    from ..assets.gguf import gguf_path
     from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
-    from ..models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
-    from ..experiments.bench import run_bench
+    from ..experiments.bench import BenchSettings, run
     from ..experiments.bench_report import bench_markdown
     from ..measure.journal import PARTIAL_NAME, PartialResults
     from ..experiments.report import to_jsonable, write_json, write_text
 
     console = Console(stderr=True)
-    methods = set(config.methods)
-    with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
-        target, draft_int8 = load_pair(args.target, args.draft, draft_int8=True, target_precision=args.target_precision)
-        models = {"target": target, "draft_int8": draft_int8}
-        draft_name = args.draft or DEFAULT_DRAFT
-        if "hf-assisted-fp32" in methods:
-            models["draft_fp32"] = load_model(draft_name, progress=False)
-        if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft"}:
-            models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False)
-            check_same_tokenizer(target, models["draft_llamacpp"])
-        if "llamacpp-plain-raw" in methods:
-            models["llamacpp_raw"] = load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
-        if "llamacpp-plain" in methods:
-            from ..experiments.llamacpp_peers import open_llama
-
-            models["llamacpp_target"] = open_llama(gguf_path(str(args.target or DEFAULT_TARGET), progress=False))
+    settings = BenchSettings(config, target=args.target, draft=args.draft, target_precision=args.target_precision)
     fingerprint = to_jsonable(config)
     if config.seeds == 1:
-        fingerprint.pop("seeds", None)      # a one-seed run resumes a journal written before --seeds existed
-    journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": target.name,
-                                                  "target_kernels": target.info.kernels,
-                                                  "draft": draft_int8.name}, resume=args.resume)
-    result = run_bench(models, prompts, config, journal, progress=not args.no_progress)
+        fingerprint.pop("seeds", None)      # a one-seed run's units do not depend on --seeds
+    journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": args.target or DEFAULT_TARGET,
+                                                  "target_precision": args.target_precision,
+                                                  "draft": args.draft or DEFAULT_DRAFT}, resume=args.resume)
+    result = run(settings, journal, progress=not args.no_progress,
+                 loading=lambda: console.status("loading models (first use converts the packaged weights, a few "
+                                                "minutes)…"))
     command = "specbound bench " + " ".join(sys.argv[2:])
     stem = f"bench-{config.prompt_set}-{'-'.join(config.modes)}"
     write_json(to_jsonable(result), out / f"{stem}.json")

@@ -29,8 +29,9 @@ methods run interleaved in an order rotated per prompt; each finished (prompt, m
 ``--resume`` continues an interrupted run.
 
 ``seeds`` = S > 1 repeats every sampled (prompt, mode) S times with paired seeds: in repeat s every
-method gets the same seed ``seed + 1000·s + prompt index`` (so the methods are compared on the same
-random stream), the rotation is shifted by s, and each (prompt, mode, s) is its own journaled unit.
+method gets the same seed ``derive_seed(seed, "bench", prompt id, s)`` (:mod:`specbound.seeds`: the
+methods are compared on the same random stream, common random numbers; other prompts and repeats draw
+independent streams), the rotation is shifted by s, and each (prompt, mode, s) is its own journaled unit.
 Greedy output does not depend on the seed, so greedy runs once whatever S. :func:`paired_summary`
 then gives ratios with standard errors and a 95% interval instead of bare medians. This is a benchmark: it prints and writes numbers and
 asserts nothing about speed.
@@ -47,9 +48,11 @@ import torch
 
 from ..decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from ..models.tokens import stop_token_ids
+from ..options import DEFAULT_TARGET_PRECISION
+from ..seeds import derive_seed
 
-__all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "paired_summary", "run_bench",
-           "summarise"]
+__all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "BenchSettings", "MethodRun", "load_models",
+           "paired_summary", "run", "run_bench", "summarise", "unit_seed"]
 
 BENCH_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                  "hf-lookup", "specbound-plain", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft",
@@ -76,6 +79,17 @@ class BenchConfig:
 
 
 @dataclass
+class BenchSettings:
+    """What ``specbound bench`` runs: ``config`` on a pair (packaged names or directories; None: the
+    packaged default), every torch method on the target at ``target_precision``."""
+
+    config: BenchConfig
+    target: str | None = None
+    draft: str | None = None
+    target_precision: str = DEFAULT_TARGET_PRECISION
+
+
+@dataclass
 class MethodRun:
     """One method on one prompt: throughput, τ (tokens per target forward), drafting and time split."""
 
@@ -99,7 +113,7 @@ class BenchRow:
     prompt_tokens: int
     order: list[str]
     runs: dict[str, MethodRun] = field(default_factory=dict)
-    seed_index: int = 0     # the repeat s (seed = config.seed + 1000·s + prompt index), 0 when seeds = 1
+    seed_index: int = 0     # the repeat s (seed = derive_seed(config.seed, "bench", prompt, s)), 0 when seeds = 1
 
 
 @dataclass
@@ -226,6 +240,12 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
     raise ValueError(method)
 
 
+def unit_seed(seed: int, prompt: str, repeat: int) -> int:
+    """The seed every method of the unit (``prompt``, repeat s) decodes with: one stream per unit, shared
+    by the methods (common random numbers; :mod:`specbound.seeds`)."""
+    return derive_seed(seed, "bench", prompt, repeat)
+
+
 def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: bool = True) -> BenchResult:
     """Interleave every method on every (prompt, mode[, seed repeat]); journaled per unit.
 
@@ -249,11 +269,12 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
             for mode, s in [(mode, s) for mode in config.modes for s in range(repeats[mode])]:
                 shift = (i + s) % len(methods)
                 order = methods[shift:] + methods[:shift]
-                seed = config.seed + 1000 * s + i          # the same for every method of this unit: paired
+                seed = unit_seed(config.seed, prompt.id, s)     # the same for every method of this unit: paired
                 label = f"{prompt.id} {mode}" + (f" #{s}" if repeats[mode] > 1 else "")
 
                 def measure(order=order, ids=ids, mode=mode, prompt=prompt, s=s, seed=seed, label=label) -> BenchRow:
-                    row = BenchRow(prompt.id, mode, int(ids.shape[1]), list(order), seed_index=s)
+                    row = BenchRow(prompt=prompt.id, mode=mode, prompt_tokens=int(ids.shape[1]), order=list(order),
+                                   seed_index=s)
                     tokens = {}
                     for method in order:
                         bar.update(task, description=f"{label} {method}")
@@ -267,7 +288,50 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
 
                 key = f"{prompt.id}|{mode}" + (f"|{s}" if repeats[mode] > 1 else "")
                 rows.append(journal.unit(key, BenchRow, measure))
-    return BenchResult(config, machine(), {k: describe_model(m) for k, m in models.items()}, rows, summarise(rows))
+    return BenchResult(config=config, machine=machine(), models={k: describe_model(m) for k, m in models.items()},
+                       rows=rows, summary=summarise(rows))
+
+
+def load_models(settings: BenchSettings) -> dict:
+    """The models ``settings.config.methods`` need: the target and the int8 draft always; the fp32
+    draft, the draft's and the target's GGUF and llama-cpp-python's own ``Llama`` when a method uses them."""
+    from ..assets.gguf import gguf_path
+    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+    from ..models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
+
+    methods = set(settings.config.methods)
+    target, draft_int8 = load_pair(settings.target, settings.draft, draft_int8=True,
+                                   target_precision=settings.target_precision)
+    models = {"target": target, "draft_int8": draft_int8}
+    draft_name = settings.draft or DEFAULT_DRAFT
+    if "hf-assisted-fp32" in methods:
+        models["draft_fp32"] = load_model(draft_name, progress=False)
+    if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft"}:
+        models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False)
+        check_same_tokenizer(target, models["draft_llamacpp"])
+    if "llamacpp-plain-raw" in methods:
+        models["llamacpp_raw"] = load_gguf_model(settings.target or DEFAULT_TARGET, progress=False)
+    if "llamacpp-plain" in methods:
+        from .llamacpp_peers import open_llama
+
+        models["llamacpp_target"] = open_llama(gguf_path(str(settings.target or DEFAULT_TARGET), progress=False))
+    return models
+
+
+def run(settings: BenchSettings, journal=None, progress: bool = True, loading=None) -> BenchResult:
+    """The study: the held-out prompts of ``settings.config``, the models (:func:`load_models`, inside
+    the context ``loading()`` when given: a display while they load), then :func:`run_bench` (every
+    (prompt, mode[, repeat]) unit through ``journal``, for ``--resume``)."""
+    from contextlib import nullcontext
+
+    from ..assets.prompts import load_prompts
+    from ..measure.journal import no_journal
+
+    config = settings.config
+    prompts = load_prompts(config.prompt_set, limit=config.n_prompts, offset=config.offset)
+    with (loading or nullcontext)():
+        models = load_models(settings)
+    return run_bench(models, prompts, config, journal if journal is not None else no_journal(), progress)
 
 
 def describe_model(model) -> str:
@@ -334,8 +398,8 @@ def summarise(rows: list[BenchRow]) -> dict:
 
 
 PAIRING = ("Seeds are paired: in repeat s every method decodes the prompt with the same seed "
-           "(seed + 1000·s + prompt index), back to back in one rotated order, and each ratio is taken "
-           "within that (prompt, seed) unit.")
+           "(derive_seed(seed, \"bench\", prompt, s), specbound.seeds), back to back in one rotated order, "
+           "and each ratio is taken within that (prompt, seed) unit.")
 
 #: (summary key, reference, measure) of the paired comparisons; None = the best HF assisted-int8
 _REFERENCES = (("vs_generate", "hf-generate", "tokens_per_second"),

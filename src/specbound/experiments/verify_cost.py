@@ -3,14 +3,12 @@
 The whole model reads k new tokens after a ~100-token cached context, for k = 1, 2, 4, …, 64; each
 timing is the median of repeats. Eager is measured first, then the same model is prepacked in place
 (one copy of the weights in memory) and measured again, and the logits of both paths are compared
-on the same input. Writes JSON and prints a markdown table; the measured profile feeds
-:class:`specbound.theory.speedup.CostProfile`.
+on the same input. :func:`run_verify_cost` returns the report (the command writes it as JSON and
+prints :func:`markdown`); the measured profile feeds :class:`specbound.theory.speedup.CostProfile`.
 """
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -34,7 +32,9 @@ def _profile(model: HFModel, context, ks, repeats) -> tuple[dict[int, float], di
     return dict(zip(profile.ks, profile.seconds)), dict(zip(profile.ks, spread))
 
 
-def run_verify_cost(target: str | None = None, ks=KS, repeats: int = 5, out_dir: Path = Path("runs")) -> dict:
+def run_verify_cost(target: str | None = None, ks=KS, repeats: int = 5) -> dict:
+    """t(k) of ``target`` (packaged name or directory; default the packaged target), eager then prepacked,
+    and how far the two paths' logits differ."""
     raw, tokenizer = load_hf_model(target or DEFAULT_TARGET)
     context = tokenizer(CONTEXT, return_tensors="pt").input_ids
     probe = torch.randint(0, 1000, (1, 8), generator=torch.Generator().manual_seed(0))
@@ -60,10 +60,6 @@ def run_verify_cost(target: str | None = None, ks=KS, repeats: int = 5, out_dir:
         "max_abs_logit_diff": float((fast_logits - eager_logits).abs().max()),
         "argmax_identical": bool(torch.equal(fast_logits.argmax(-1), eager_logits.argmax(-1))),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"verify-cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(report, indent=2))
-    report["json_path"] = str(path)
     return report
 
 
