@@ -36,7 +36,7 @@ def test_derived_seeds_fit_every_consumer():
 @pytest.mark.parametrize("seed, path", [(-1, ()), (True, ()), (1.5, ()), (0, (-2,)), (0, (1.0,)), (0, (None,)),
                                         (0, (False,))])
 def test_bad_seeds_and_paths_are_refused(seed, path):
-    with pytest.raises(SpecboundError, match="seed must be|stream path"):
+    with pytest.raises(SpecboundError, match="seed must be|stream path must be"):
         derive_seed(seed, *path)
 
 

@@ -46,14 +46,14 @@ def test_bench_command_runs_the_study_and_writes_its_report(tmp_path, monkeypatc
         seeds.append((method, seed))
         return real(method, models_, ids, n, sampling, seed)
 
-    monkeypatch.setattr(bench, "load_models", lambda settings: asked.append(settings) or models)
+    monkeypatch.setattr(bench, "load_models", lambda methods, pair: asked.append((methods, pair)) or models)
     monkeypatch.setattr(bench, "run_method", recording)
     argv = ["bench", "--prompt-set", "builtin", "--offset", "0", "--n-prompts", "2", "--max-new-tokens", "5",
             "--methods", "hf-generate,specbound-chain", "--modes", "sampled", "--seeds", "2", "--seed", "3",
             "--threads", "1", "--no-progress", "--out", str(tmp_path)]
     assert main(argv) == 0
-    (settings,) = asked
-    assert settings.config.n_prompts == 2 and settings.config.seeds == 2 and settings.target is None
+    (methods, pair), = asked
+    assert methods == ("hf-generate", "specbound-chain") and pair == bench.PairSpec(None, None, "int8")
     data = json.loads((tmp_path / "bench-builtin-sampled.json").read_text())
     assert len(data["rows"]) == 4 and (tmp_path / "bench-builtin-sampled.md").is_file()
     assert not (tmp_path / "partial.jsonl").exists()                 # the journal is gone once the report is written

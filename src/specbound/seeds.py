@@ -37,12 +37,11 @@ Pure Python and NumPy, importable from every layer.
 """
 from __future__ import annotations
 
-import operator
 import zlib
 
 import numpy as np
 
-from .errors import SpecboundError
+from .errors import int_at_least
 
 __all__ = ["SEED_SCHEME", "derive_seed"]
 
@@ -52,18 +51,10 @@ SEED_SCHEME = "SeedSequence(seed, spawn_key=path)"
 _STRING = 1 << 32        # strings hash to crc32 + 2**32: never equal to an index below 2**32
 
 
-def _word(part, where: str) -> int:
+def _word(part) -> int:
     if isinstance(part, str):
         return _STRING + zlib.crc32(part.encode("utf-8"))
-    if isinstance(part, bool) or type(part).__name__ == "bool_":
-        raise SpecboundError(f"{where}: a stream path holds names and indices >= 0, got {part!r}")
-    try:
-        value = operator.index(part)
-    except TypeError:
-        raise SpecboundError(f"{where}: a stream path holds names and indices >= 0, got {part!r}") from None
-    if value < 0:
-        raise SpecboundError(f"{where}: a stream path holds names and indices >= 0, got {value}")
-    return value
+    return int_at_least(part, 0, "each index of a stream path")
 
 
 def derive_seed(seed, *stream) -> int:
@@ -72,14 +63,6 @@ def derive_seed(seed, *stream) -> int:
     ``zlib.crc32(name) + 2**32``. Returns an integer in [0, 2**63), good for ``torch.Generator``,
     ``numpy.random.default_rng`` and the engine's ``seed=``; the same arguments always give the same
     value. ``seed`` must be an integer >= 0, the path's parts strings or integers >= 0."""
-    if isinstance(seed, bool) or type(seed).__name__ == "bool_":
-        raise SpecboundError(f"seed must be an integer >= 0, got {seed!r}")
-    try:
-        entropy = operator.index(seed)
-    except TypeError:
-        raise SpecboundError(f"seed must be an integer >= 0, got {seed!r}") from None
-    if entropy < 0:
-        raise SpecboundError(f"seed must be an integer >= 0, got {entropy}")
-    key = tuple(_word(part, f"stream {stream!r}") for part in stream)
-    state = np.random.SeedSequence(entropy, spawn_key=key).generate_state(1, np.uint64)[0]
+    key = tuple(_word(part) for part in stream)
+    state = np.random.SeedSequence(int_at_least(seed, 0, "seed"), spawn_key=key).generate_state(1, np.uint64)[0]
     return int(state >> np.uint64(1))

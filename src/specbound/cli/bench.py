@@ -109,16 +109,17 @@ def _gammas(text: str) -> tuple:
 def _batched(args, gammas, prompts, out) -> int:
     from rich.console import Console
 
-    from ..experiments.batched import BatchedConfig, BatchedSettings, markdown, run
+    from ..experiments.batched import BatchedConfig, markdown, run
+    from ..experiments.bench import PairSpec
     from ..experiments.report import to_jsonable, write_json, write_text
 
     console = Console(stderr=True)
     config = BatchedConfig(prompt_set=args.prompt_set, offset=args.offset, n_prompts=len(prompts),
                            tokens=args.max_new_tokens, batches=tuple(args.batch), gammas=gammas)
-    settings = BatchedSettings(config, target=args.target, draft=args.draft, target_precision=args.target_precision)
+    pair = PairSpec(args.target, args.draft, args.target_precision)
     status = console.status("loading models (first use converts the packaged weights, a few minutes)…")
     with status:
-        result = run(settings, progress=lambda text: status.update(f"batched requests: {text}"),
+        result = run(config, pair, progress=lambda text: status.update(f"batched requests: {text}"),
                      loading=lambda: _step(status, "batched requests…"))
     text = markdown(result, "specbound bench " + " ".join(sys.argv[2:]))
     stem = f"batched-{args.prompt_set}"
@@ -174,20 +175,20 @@ def _bench(args, config, out) -> int:
     from rich.console import Console
 
     from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
-    from ..experiments.bench import BenchSettings, run
+    from ..experiments.bench import PairSpec, run
     from ..experiments.bench_report import bench_markdown
     from ..measure.journal import PARTIAL_NAME, PartialResults
     from ..experiments.report import to_jsonable, write_json, write_text
 
     console = Console(stderr=True)
-    settings = BenchSettings(config, target=args.target, draft=args.draft, target_precision=args.target_precision)
     fingerprint = to_jsonable(config)
     if config.seeds == 1:
         fingerprint.pop("seeds", None)      # a one-seed run's units do not depend on --seeds
-    journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": args.target or DEFAULT_TARGET,
-                                                  "target_precision": args.target_precision,
-                                                  "draft": args.draft or DEFAULT_DRAFT}, resume=args.resume)
-    result = run(settings, journal, progress=not args.no_progress,
+    pair = PairSpec(args.target, args.draft, args.target_precision)
+    journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": pair.target or DEFAULT_TARGET,
+                                                  "target_precision": pair.target_precision,
+                                                  "draft": pair.draft or DEFAULT_DRAFT}, resume=args.resume)
+    result = run(config, pair, journal, progress=not args.no_progress,
                  loading=lambda: console.status("loading models (first use converts the packaged weights, a few "
                                                 "minutes)…"))
     command = "specbound bench " + " ".join(sys.argv[2:])

@@ -24,11 +24,11 @@ import torch
 from ..decoding.batch import autoregressive_decode_batch, speculative_decode_batch
 from ..decoding.costs import measure_costs
 from ..decoding.engine import autoregressive_decode
-from ..options import DEFAULT_TARGET_PRECISION
 from ..theory.speedup import batch_throughput
+from .bench import PairSpec
 from .report import fmt, md_table
 
-__all__ = ["BatchedConfig", "BatchedResult", "BatchedSettings", "markdown", "run", "run_batched"]
+__all__ = ["BatchedConfig", "BatchedResult", "markdown", "run", "run_batched"]
 
 LLAMACPP = "llama.cpp plain, one request after another"
 
@@ -42,17 +42,6 @@ class BatchedConfig:
     batches: tuple[int, ...] = (1, 2, 4, 8)
     gammas: tuple = ("auto", 4)
     hf_generate: bool = True
-
-
-@dataclass
-class BatchedSettings:
-    """What ``specbound bench --batch`` runs: ``config`` on a pair (packaged names or directories; None:
-    the packaged default), the target at ``target_precision`` with the int8 draft on torch."""
-
-    config: BatchedConfig
-    target: str | None = None
-    draft: str | None = None
-    target_precision: str = DEFAULT_TARGET_PRECISION
 
 
 @dataclass
@@ -194,10 +183,10 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
         alpha=alpha, rows=rows, runs=runs, seconds=time.perf_counter() - t_start)
 
 
-def run(settings: BatchedSettings, progress=None, loading=None) -> BatchedResult:
-    """The study: the held-out prompts of ``settings.config``, the pair (and the target's GGUF on
-    llama.cpp when llama-cpp-python is installed, for the reference row), loaded inside the context
-    ``loading()`` when given, then :func:`run_batched`."""
+def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, loading=None) -> BatchedResult:
+    """The study: the held-out prompts of ``config``, the pair (the int8 draft on torch; and the target's
+    GGUF on llama.cpp when llama-cpp-python is installed, for the reference row), loaded inside the
+    context ``loading()`` when given, then :func:`run_batched`."""
     import importlib.util
     from contextlib import nullcontext
 
@@ -206,14 +195,14 @@ def run(settings: BatchedSettings, progress=None, loading=None) -> BatchedResult
     from ..measure.llm import encode_prompts
     from ..models.loading import load_gguf_model, load_pair
 
-    config = settings.config
+    pair = pair or PairSpec()
     prompts = load_prompts(config.prompt_set, limit=config.n_prompts, offset=config.offset)
     with (loading or nullcontext)():
-        target, draft = load_pair(settings.target, settings.draft, draft_int8=True,
-                                  target_precision=settings.target_precision, draft_engine="torch")
+        target, draft = load_pair(pair.target, pair.draft, draft_int8=True, target_precision=pair.target_precision,
+                                  draft_engine="torch")
         llama = None
         if importlib.util.find_spec("llama_cpp") is not None:
-            llama = load_gguf_model(settings.target or DEFAULT_TARGET, progress=False)
+            llama = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
     return run_batched(target, draft, encode_prompts(target, prompts), [p.id for p in prompts], config, llama,
                        progress=progress)
 

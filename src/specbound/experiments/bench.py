@@ -51,7 +51,7 @@ from ..models.tokens import stop_token_ids
 from ..options import DEFAULT_TARGET_PRECISION
 from ..seeds import derive_seed
 
-__all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "BenchSettings", "MethodRun", "load_models",
+__all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "PairSpec", "load_models",
            "paired_summary", "run", "run_bench", "summarise", "unit_seed"]
 
 BENCH_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
@@ -79,11 +79,10 @@ class BenchConfig:
 
 
 @dataclass
-class BenchSettings:
-    """What ``specbound bench`` runs: ``config`` on a pair (packaged names or directories; None: the
-    packaged default), every torch method on the target at ``target_precision``."""
+class PairSpec:
+    """The pair a benchmark loads (``bench``, ``bench --batch``): packaged names or directories (None: the
+    packaged default), the torch target at ``target_precision``."""
 
-    config: BenchConfig
     target: str | None = None
     draft: str | None = None
     target_precision: str = DEFAULT_TARGET_PRECISION
@@ -292,45 +291,44 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
                        rows=rows, summary=summarise(rows))
 
 
-def load_models(settings: BenchSettings) -> dict:
-    """The models ``settings.config.methods`` need: the target and the int8 draft always; the fp32
-    draft, the draft's and the target's GGUF and llama-cpp-python's own ``Llama`` when a method uses them."""
+def load_models(methods, pair: PairSpec) -> dict:
+    """The models ``methods`` need: the target and the int8 draft always; the fp32 draft, the draft's and
+    the target's GGUF and llama-cpp-python's own ``Llama`` when a method uses them."""
     from ..assets.gguf import gguf_path
     from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
     from ..models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
 
-    methods = set(settings.config.methods)
-    target, draft_int8 = load_pair(settings.target, settings.draft, draft_int8=True,
-                                   target_precision=settings.target_precision)
+    methods = set(methods)
+    target, draft_int8 = load_pair(pair.target, pair.draft, draft_int8=True, target_precision=pair.target_precision)
     models = {"target": target, "draft_int8": draft_int8}
-    draft_name = settings.draft or DEFAULT_DRAFT
+    draft_name = pair.draft or DEFAULT_DRAFT
     if "hf-assisted-fp32" in methods:
         models["draft_fp32"] = load_model(draft_name, progress=False)
     if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft"}:
         models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False)
         check_same_tokenizer(target, models["draft_llamacpp"])
     if "llamacpp-plain-raw" in methods:
-        models["llamacpp_raw"] = load_gguf_model(settings.target or DEFAULT_TARGET, progress=False)
+        models["llamacpp_raw"] = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
     if "llamacpp-plain" in methods:
         from .llamacpp_peers import open_llama
 
-        models["llamacpp_target"] = open_llama(gguf_path(str(settings.target or DEFAULT_TARGET), progress=False))
+        models["llamacpp_target"] = open_llama(gguf_path(str(pair.target or DEFAULT_TARGET), progress=False))
     return models
 
 
-def run(settings: BenchSettings, journal=None, progress: bool = True, loading=None) -> BenchResult:
-    """The study: the held-out prompts of ``settings.config``, the models (:func:`load_models`, inside
-    the context ``loading()`` when given: a display while they load), then :func:`run_bench` (every
-    (prompt, mode[, repeat]) unit through ``journal``, for ``--resume``)."""
+def run(config: BenchConfig, pair: PairSpec | None = None, journal=None, progress: bool = True,
+        loading=None) -> BenchResult:
+    """The study: the held-out prompts of ``config``, the models of its methods on ``pair``
+    (:func:`load_models`, inside the context ``loading()`` when given: a display while they load), then
+    :func:`run_bench` (every (prompt, mode[, repeat]) unit through ``journal``, for ``--resume``)."""
     from contextlib import nullcontext
 
     from ..assets.prompts import load_prompts
     from ..measure.journal import no_journal
 
-    config = settings.config
     prompts = load_prompts(config.prompt_set, limit=config.n_prompts, offset=config.offset)
     with (loading or nullcontext)():
-        models = load_models(settings)
+        models = load_models(config.methods, pair or PairSpec())
     return run_bench(models, prompts, config, journal if journal is not None else no_journal(), progress)
 
 
