@@ -18,8 +18,8 @@ import torch
 from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
 from .drafters import (
-    TREE_DRAFTERS, BatchDrafter, ChainDrafter, Drafter, RoundFeedback, check_design, check_drafts, check_gamma,
-    check_tree_capacity, make_tree_drafter,
+    BatchDrafter, ChainDrafter, Drafter, RoundFeedback, check_batch_gamma, check_design, check_drafts, check_gamma,
+    check_tree_drafter, make_tree_drafter,
 )
 from .result import DecodeMetrics, DecodeResult, RoundRecord
 from .sampling import SamplingConfig, logits_to_probs
@@ -28,7 +28,7 @@ from .verify import (
     BLOCK, STANDARD, AcceptanceRule, BlockVerification, Verdict, parse_relaxation, parse_verification, verify,
 )
 
-__all__ = ["DecodeInterrupted", "DraftSpec", "PlainDrafter", "Speculator", "autoregressive_decode",
+__all__ = ["DecodeInterrupted", "DraftSpec", "PlainDrafter", "Speculator", "TargetPass", "autoregressive_decode",
            "make_generator", "speculative_decode"]
 
 
@@ -77,6 +77,22 @@ def check_context(target: LanguageModel, prompt_length: int, max_new_tokens: int
         )
 
 
+@dataclass
+class TargetPass:
+    """What the round's ONE target pass gives verification and the cache (n = tree nodes, V = vocab)."""
+
+    target_probs: torch.Tensor            # [n+1, V] processed target law at the root (row 0) and after node i (row i+1)
+    law_mask: torch.Tensor | None         # [n+1] bool: rows that hold a law (None: all; nodes at the budget's depth are not read)
+    base: int                             # the target's committed length before the pass
+    slots: list[int]                      # [n] cache slot of node i, −1 when not read
+    tokens_read: int                      # tokens in the pass: unread committed tokens + read nodes
+
+    @property
+    def pending(self) -> int:
+        """Committed tokens the target read first (usually the last round's recovered/bonus token)."""
+        return self.tokens_read - sum(s >= 0 for s in self.slots)
+
+
 class PlainDrafter(Drafter):
     """No draft: every round is one target step (autoregressive decoding, Yin et al. 2024, Alg. 3)."""
 
@@ -113,13 +129,8 @@ class Speculator:
         self.stop = stop               # a threading.Event: set = stop as at Ctrl-C (batched decoding)
 
     # ---------------------------------------------------------------- one target pass
-    def score(self, committed: list[int], tree: DraftTree, remaining: int):
-        """ONE target pass over the unread committed tokens and the tree nodes of depth < ``remaining``.
-
-        Returns the processed target laws [n+1, V] (root, then after each node), the law mask, the
-        target's committed length before the pass, the slot of each read node (or −1), and the number
-        of tokens read.
-        """
+    def score(self, committed: list[int], tree: DraftTree, remaining: int) -> TargetPass:
+        """ONE target pass over the unread committed tokens and the tree nodes of depth < ``remaining``."""
         target = self.target
         base = target.committed_length
         target.crop(base)
@@ -144,12 +155,12 @@ class Speculator:
             logits = target.forward_tree(tokens, parents)[0, p - 1:]
         probs = logits_to_probs(logits, self.sampling, target.name)
         if len(nodes) == len(tree):
-            return probs, None, base, slot, tokens.shape[1]
+            return TargetPass(probs, None, base, slot, tokens.shape[1])
         target_probs = probs.new_zeros(len(tree) + 1, probs.shape[-1])
         law_mask = torch.zeros(len(tree) + 1, dtype=torch.bool)
         rows = torch.tensor([0] + [i + 1 for i in nodes], dtype=torch.long)
         target_probs[rows], law_mask[rows] = probs, True
-        return target_probs, law_mask, base, slot, tokens.shape[1]
+        return TargetPass(target_probs, law_mask, base, slot, tokens.shape[1])
 
     # ---------------------------------------------------------------- the loop
     def run(self, prompt, max_new_tokens: int, callback=None) -> DecodeResult:
@@ -209,17 +220,16 @@ class Speculator:
         t0 = time.perf_counter()
         tree = self.drafter.propose(committed, remaining, self.generator)
         t1 = time.perf_counter()
-        target_probs, law_mask, base, slot, n_read = self.score(committed, tree, remaining)
+        scored = self.score(committed, tree, remaining)
         t2 = time.perf_counter()
-        verdict = verify(tree, target_probs, law_mask, self.rule, self.generator)
+        verdict = verify(tree, scored.target_probs, scored.law_mask, self.rule, self.generator)
         t3 = time.perf_counter()
-        pending = n_read - sum(s >= 0 for s in slot)
-        kept = list(range(base, base + pending))
+        kept = list(range(scored.base, scored.base + scored.pending))
         for node in verdict.path:
-            if slot[node] < 0:
+            if scored.slots[node] < 0:
                 break
-            kept.append(slot[node])
-        self.target.keep_path(base, kept)
+            kept.append(scored.slots[node])
+        self.target.keep_path(scored.base, kept)
         rounds.append(RoundRecord(len(committed), len(tree), tree.depth, verdict.accepted, verdict.ended, tree.value,
                                   verdict.accept_probs))
         committed.extend(tree.tokens[verdict.path].tolist())
@@ -228,10 +238,10 @@ class Speculator:
         node_target_probs = None
         if len(tree):
             rows = tree.parents + 1
-            node_target_probs = target_probs[rows, tree.tokens].double()
-            if law_mask is not None:
-                node_target_probs[~law_mask[rows]] = float("nan")
-        self.drafter.observe(RoundFeedback(tree, verdict, t1 - t0, t2 - t1, n_read, node_target_probs))
+            node_target_probs = scored.target_probs[rows, tree.tokens].double()
+            if scored.law_mask is not None:
+                node_target_probs[~scored.law_mask[rows]] = float("nan")
+        self.drafter.observe(RoundFeedback(tree, verdict, t1 - t0, t2 - t1, scored.tokens_read, node_target_probs))
         metrics.draft_calls += tree.draft_calls
         metrics.target_calls += 1
         metrics.draft_time += t1 - t0
@@ -278,27 +288,16 @@ class DraftSpec:
             raise SpecboundError("relaxation (Decoding-OPT/-UNO) is a one-draft rejection step (Yin et al. 2024 §5): "
                                  "use it with a drafted chain (no tree=P, drafts=None or 1)")
         if self.tree is not None:
-            if self.tree == "auto":
-                if self.tree_drafter != "dynamic":
-                    raise SpecboundError("tree='auto' sizes the dynamic tree drafter; give a fixed P for "
-                                         f"tree_drafter={self.tree_drafter!r}")
-            else:
-                check_tree_capacity(self.tree)
+            check_tree_drafter(self.tree_drafter, self.tree)
             if n_drafts > 1:
                 raise SpecboundError("tree=P cannot be combined with drafts > 1")
             if self.gamma is not None:
                 raise SpecboundError("give either gamma (draft chain length) or tree (draft-tree capacity P), not both")
-            if self.tree_drafter not in TREE_DRAFTERS:
-                raise SpecboundError(f"tree_drafter must be one of {', '.join(map(repr, TREE_DRAFTERS))}, "
-                                     f"got {self.tree_drafter!r}")
         else:
             if self.tree_drafter != "dynamic":
                 raise SpecboundError(f"tree_drafter={self.tree_drafter!r} needs tree=P (the draft-tree capacity)")
             if n_drafts > 1:
-                if self.gamma is not None and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int)
-                                               or self.gamma < 1):
-                    raise SpecboundError(f"gamma (draft length) must be an integer >= 1 or None for batch SD, "
-                                         f"got {self.gamma!r}")
+                check_batch_gamma(self.gamma)
             else:
                 check_gamma(self.gamma)
 

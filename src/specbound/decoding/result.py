@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from .verify import RoundEnd
+
 
 @dataclass
 class DecodeMetrics:
@@ -88,14 +90,14 @@ class DecodeMetrics:
 @dataclass
 class RoundRecord:
     """One round as the verifier saw it: committed length before it, tree size and depth, X, how it
-    ended ("recovered", "bonus", "budget"), the tree value E[X | T] when the drafter knows it
+    ended (:class:`~specbound.decoding.verify.RoundEnd`: recovered, bonus, budget), the tree value E[X | T] when the drafter knows it
     (oracle; NaN otherwise) and, per tested depth, the acceptance probability given the drafted tokens."""
 
     committed: int
     size: int
     depth: int
     accepted: int
-    ended: str
+    ended: RoundEnd
     value: float
     accept_probs: list[float]
 

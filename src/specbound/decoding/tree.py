@@ -15,6 +15,12 @@ were drawn from (row 0: the root's children; row i+1: node i's children). Sample
 (a function of what the drafter knows, no private randomness) by the target walk of
 :func:`~specbound.decoding.verify.verify`. ``pool_equal_prefixes`` marks batch design A, where the
 candidates at a position are the children of every node whose path equals the accepted prefix.
+
+What the drafter knows of each node travels with the tree, so the round's feedback carries it back
+to the drafter (no state kept between ``propose`` and ``observe``): ``scores`` (draft path
+probabilities, the dynamic tree's ranking), ``confidences`` (the draft's probability of each node's
+own token, which the sizing policy calibrates) and ``cache_nodes`` (the drafter's draft-cache id of
+each node, when it differs from the node index). The engine and :func:`verify` never read them.
 """
 from __future__ import annotations
 
@@ -36,6 +42,9 @@ class DraftTree:
     pool_equal_prefixes: bool = False
     value: float = float("nan")               # E[X | T] under the target when the drafter knows it (oracle)
     draft_calls: int = 0                      # draft-model passes made to propose this tree
+    scores: torch.Tensor | None = None        # [n] float64: draft path probability q(v) of each node
+    confidences: torch.Tensor | None = None   # [n] float64: the draft's probability of each node's token
+    cache_nodes: list[int] | None = None      # [n]: the drafter's cache id of each node (None: id = index)
     depths: torch.Tensor = field(init=False)  # [n] long, 1 = child of the root
 
     def __post_init__(self):
@@ -50,6 +59,17 @@ class DraftTree:
                 raise SpecboundError(f"draft tree node {i} has parent {p}: parents must precede children (−1 = root)")
             depths.append(1 if p < 0 else depths[p] + 1)
         self.depths = torch.tensor(depths, dtype=torch.long)
+        for name in ("scores", "confidences"):
+            values = getattr(self, name)
+            if values is not None:
+                values = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+                if len(values) != n:
+                    raise SpecboundError(f"draft tree has {n} nodes but {len(values)} {name}")
+                setattr(self, name, values)
+        if self.cache_nodes is not None:
+            self.cache_nodes = [int(i) for i in self.cache_nodes]
+            if len(self.cache_nodes) != n:
+                raise SpecboundError(f"draft tree has {n} nodes but {len(self.cache_nodes)} cache_nodes")
         if self.sampled:
             if self.draft_probs is None or self.draft_probs.ndim != 2 or self.draft_probs.shape[0] != n + 1:
                 raise SpecboundError(
@@ -64,9 +84,10 @@ class DraftTree:
         return cls(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long))
 
     @classmethod
-    def chain(cls, tokens, draft_probs: torch.Tensor | None = None, draft_calls: int = 0) -> "DraftTree":
+    def chain(cls, tokens, draft_probs: torch.Tensor | None = None, draft_calls: int = 0,
+              confidences=None) -> "DraftTree":
         """A drafted chain (fan-out 1). ``draft_probs`` [k, V]: the law token j was sampled from
-        (None for a deterministic chain, e.g. n-gram lookup)."""
+        (None for a deterministic chain, e.g. the arg-max chain at temperature 0)."""
         tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
         k = len(tokens)
         probs = None
@@ -74,7 +95,8 @@ class DraftTree:
             if draft_probs.ndim != 2 or draft_probs.shape[0] != k:
                 raise SpecboundError(f"chain draft_probs must be [k, V] = [{k}, V], got {tuple(draft_probs.shape)}")
             probs = torch.cat([draft_probs, draft_probs.new_zeros(1, draft_probs.shape[1])])
-        return cls(tokens, torch.arange(-1, k - 1), probs, sampled=draft_probs is not None, draft_calls=draft_calls)
+        return cls(tokens, torch.arange(-1, k - 1), probs, sampled=draft_probs is not None, draft_calls=draft_calls,
+                   confidences=confidences)
 
     @classmethod
     def branches(cls, tokens: torch.Tensor, draft_probs: torch.Tensor, pool_equal_prefixes: bool = False,
@@ -122,14 +144,9 @@ class DraftTree:
             node = parents[node]
         return path[::-1]
 
-    def ancestor_mask(self) -> torch.Tensor:
-        """[n, n] bool: entry (i, j) is True when j is i or an ancestor of i (the tree attention mask)."""
-        n = len(self)
-        mask = torch.eye(n, dtype=torch.bool)
-        for i, p in enumerate(self.parents.tolist()):
-            if p >= 0:
-                mask[i] |= mask[p]
-        return mask
+    def cache_path(self, path: list[int]) -> list[int]:
+        """The drafter's cache ids of the nodes on ``path`` (e.g. the accepted path, to keep in the cache)."""
+        return list(path) if self.cache_nodes is None else [self.cache_nodes[i] for i in path]
 
     def is_chain(self) -> bool:
         return bool(torch.equal(self.parents, torch.arange(-1, len(self) - 1)))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import torch
 
@@ -34,8 +35,8 @@ from ..theory.tradeoff import OVER_ACCEPTANCE_FORMS
 from .tree import DraftTree
 
 __all__ = [
-    "AcceptanceRule", "BLOCK", "BlockVerification", "CandidatesVerdict", "DecodingOPT", "DecodingUNO", "RELAXATIONS", "RelaxedAcceptance",
-    "STANDARD", "Verdict", "acceptance_probability", "over_acceptance_probability", "parse_relaxation",
+    "AcceptanceRule", "BLOCK", "BlockVerification", "CandidatesVerdict", "DecodingOPT", "DecodingUNO", "RELAXATIONS",
+    "RelaxedAcceptance", "RoundEnd", "STANDARD", "Verdict", "acceptance_probability", "over_acceptance_probability", "parse_relaxation",
     "recursive_rejection_sampling", "residual_distribution", "step_output_bias", "verify", "VERIFICATIONS",
     "parse_verification",
 ]
@@ -290,13 +291,24 @@ def recursive_rejection_sampling(candidates: torch.Tensor, *, target: torch.Tens
 # ---------------------------------------------------------------------------------------------------
 # THE entry
 # ---------------------------------------------------------------------------------------------------
+class RoundEnd(StrEnum):
+    """How a round ended (vLLM's words): a drafted token was rejected and a *recovered* token drawn
+    from the residual; every tested drafted token was accepted and the target's law after the last
+    one gave a free *bonus* token; or the walk reached a node the target did not read because the
+    generation *budget* ends there (no next token). Values compare equal to their strings."""
+
+    RECOVERED = "recovered"
+    BONUS = "bonus"
+    BUDGET = "budget"
+
+
 @dataclass
 class Verdict:
     """Outcome of verifying one draft tree.
 
-    ``path``: accepted nodes (tree indices, root → node); X = len(path). ``next_token``: recovered
-    (``ended == "recovered"``) or bonus (``"bonus"``) token, −1 when the walk reached a node without a
-    target law (``"budget"``: the generation budget ends there). Per tested depth (the depths where
+    ``path``: accepted nodes (tree indices, root → node); X = len(path). ``next_token``: the
+    recovered (``ended is RoundEnd.RECOVERED``) or bonus (``RoundEnd.BONUS``) token, −1 when the walk
+    reached a node without a target law (``RoundEnd.BUDGET``). Per tested depth (the depths where
     drafted tokens were checked, len(path) + 1 if recovered else len(path)): ``accept_probs`` — the
     probability that some drafted token at that depth is accepted, given the drafted tokens — and
     ``bias`` — the exact TV distance between the step's output law and the target's (0 if lossless).
@@ -304,7 +316,7 @@ class Verdict:
 
     path: list[int]
     next_token: int
-    ended: str
+    ended: RoundEnd
     accept_probs: list[float] = field(default_factory=list)
     bias: list[float] = field(default_factory=list)
 
@@ -314,7 +326,7 @@ class Verdict:
 
     @property
     def rejected(self) -> bool:
-        return self.ended == "recovered"
+        return self.ended is RoundEnd.RECOVERED
 
 
 def _draw(law: torch.Tensor, generator) -> int:
@@ -332,7 +344,7 @@ def verify(tree: DraftTree, target_probs: torch.Tensor, law_mask: torch.Tensor |
 
     ``target_probs`` [n+1, V]: the target's processed law at the root (row 0) and after node i (row
     i+1). ``law_mask`` [n+1] (bool, optional) marks rows that hold a law; a walk reaching a node
-    without one ends with ``"budget"``. A non-standard ``rule`` needs a sampled chain (the
+    without one ends with :attr:`RoundEnd.BUDGET`. A non-standard ``rule`` needs a sampled chain (the
     rejection-based family of Yin et al. 2024 is defined one draft per position).
     """
     n = len(tree)
@@ -358,7 +370,7 @@ def verify(tree: DraftTree, target_probs: torch.Tensor, law_mask: torch.Tensor |
         raise SpecboundError(f"the {rule.describe()} rule applies to a sampled draft chain (one draft per position), "
                              "not to trees or batch drafts")
     if n == 0:
-        return Verdict([], _draw(target_probs[0], generator), "bonus")
+        return Verdict([], _draw(target_probs[0], generator), RoundEnd.BONUS)
     if tree.sampled:
         draft_probs = tree.draft_probs.to(device=target_probs.device, dtype=target_probs.dtype)
         if draft_probs.shape != target_probs.shape:
@@ -399,10 +411,10 @@ def _verify_sampled_chain(tree, draft_probs, target_probs, has_law, rule, genera
             law = residual_distribution(target=targets[accepted], draft=drafts[accepted])
         else:
             law = rule.resample_law(target=targets[accepted], draft=drafts[accepted], accept=accept_all[accepted])
-        return Verdict(path, _draw(law, generator), "recovered", accept_probs, bias)
+        return Verdict(path, _draw(law, generator), RoundEnd.RECOVERED, accept_probs, bias)
     if not has_law[k]:
-        return Verdict(path, -1, "budget", accept_probs, bias)
-    return Verdict(path, _draw(target_probs[k], generator), "bonus", accept_probs, bias)
+        return Verdict(path, -1, RoundEnd.BUDGET, accept_probs, bias)
+    return Verdict(path, _draw(target_probs[k], generator), RoundEnd.BONUS, accept_probs, bias)
 
 
 def _verify_block_chain(tree, draft_probs, target_probs, has_law, generator) -> Verdict:
@@ -436,10 +448,10 @@ def _verify_block_chain(tree, draft_probs, target_probs, has_law, generator) -> 
         law = (p[tau] * targets[tau] - drafts[tau]).clamp_min(0)
         mass = law.sum()
         law = (law / mass if mass > 0 else targets[tau]).to(target_probs.dtype)
-        return Verdict(path, _draw(law, generator), "recovered", accept_probs, [0.0] * tested)
+        return Verdict(path, _draw(law, generator), RoundEnd.RECOVERED, accept_probs, [0.0] * tested)
     if not has_law[k]:
-        return Verdict(path, -1, "budget", accept_probs, [0.0] * tested)
-    return Verdict(path, _draw(target_probs[k], generator), "bonus", accept_probs, [0.0] * tested)
+        return Verdict(path, -1, RoundEnd.BUDGET, accept_probs, [0.0] * tested)
+    return Verdict(path, _draw(target_probs[k], generator), RoundEnd.BONUS, accept_probs, [0.0] * tested)
 
 
 def _verify_sampled_tree(tree, draft_probs, target_probs, has_law, generator) -> Verdict:
@@ -452,8 +464,8 @@ def _verify_sampled_tree(tree, draft_probs, target_probs, has_law, generator) ->
         kids = [c for a in alive for c in children[a + 1]] if tree.pool_equal_prefixes else children[node + 1]
         if not kids:
             if not has_law[node + 1]:
-                return Verdict(path, -1, "budget", accept_probs, [0.0] * len(accept_probs))
-            return Verdict(path, _draw(target_probs[node + 1], generator), "bonus", accept_probs,
+                return Verdict(path, -1, RoundEnd.BUDGET, accept_probs, [0.0] * len(accept_probs))
+            return Verdict(path, _draw(target_probs[node + 1], generator), RoundEnd.BONUS, accept_probs,
                            [0.0] * len(accept_probs))
         # siblings (or pooled candidates of design A) are i.i.d. draws from the draft law at the node
         verdict = recursive_rejection_sampling(token_tensor[kids].unsqueeze(0), target=target_probs[node + 1:node + 2],
@@ -461,7 +473,7 @@ def _verify_sampled_tree(tree, draft_probs, target_probs, has_law, generator) ->
         accept_probs.append(float(1 - verdict.all_rejected[0]))
         won = int(verdict.accepted[0])
         if won < 0:
-            return Verdict(path, _draw(verdict.residual[0], generator), "recovered", accept_probs,
+            return Verdict(path, _draw(verdict.residual[0], generator), RoundEnd.RECOVERED, accept_probs,
                            [0.0] * len(accept_probs))
         node = kids[won]
         path.append(node)
@@ -478,7 +490,7 @@ def _verify_deterministic(tree, target_probs, has_law, generator) -> Verdict:
     while True:
         slot, kids = node + 1, children[node + 1]
         if not has_law[slot]:
-            return Verdict(path, -1, "budget", accept_probs, [0.0] * len(accept_probs))
+            return Verdict(path, -1, RoundEnd.BUDGET, accept_probs, [0.0] * len(accept_probs))
         by_token: dict[int, int] = {}
         for c in kids:
             if tokens[c] in by_token:
@@ -490,6 +502,7 @@ def _verify_deterministic(tree, target_probs, has_law, generator) -> Verdict:
             accept_probs.append(float(target_probs[slot, list(by_token)].sum()))
         child = by_token.get(x)
         if child is None:
-            return Verdict(path, x, "recovered" if kids else "bonus", accept_probs, [0.0] * len(accept_probs))
+            ended = RoundEnd.RECOVERED if kids else RoundEnd.BONUS
+            return Verdict(path, x, ended, accept_probs, [0.0] * len(accept_probs))
         path.append(child)
         node = child

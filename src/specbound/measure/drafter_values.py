@@ -21,6 +21,7 @@ import torch
 
 from ..decoding import DynamicTreeDrafter, SampledTreeDrafter, SamplingConfig, make_generator, speculative_decode
 from ..decoding.costs import measure_forward_costs
+from ..seeds import derive_seed
 from ..theory.speedup import CostProfile
 from .journal import PartialResults, no_journal
 from .llm import PromptContext, tree_laws
@@ -75,7 +76,7 @@ def _propose_once(drafter, draft, context, capacity, generator, before):
     try:
         tree = drafter.propose(context, capacity, generator)
     finally:
-        drafter.cache.restore()
+        drafter.abandon()
         draft.crop(min(before, draft.cache_length))
     return tree, time.perf_counter() - t0
 
@@ -89,7 +90,7 @@ def _dynamic_at(target, draft, context, capacity, config, generator, rank, befor
     for tok, parent in zip(tokens, parents):
         probs.append((1.0 if parent < 0 else probs[parent]) * float(laws[parent + 1][tok]))
     depths = tree.depths.tolist()
-    order = sorted(range(len(tokens)), key=lambda i: (-dyn.last_scores[i], depths[i], i))   # best-first
+    order = sorted(range(len(tokens)), key=lambda i: (-float(tree.scores[i]), depths[i], i))   # best-first
     return ExactAt(np.cumsum([probs[i] for i in order]).tolist(), seconds, tree.draft_calls,
                    [depths[i] for i in order])
 
@@ -110,9 +111,9 @@ def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sa
                         seed: int = 0) -> tuple[np.ndarray, list[np.ndarray]]:
     """Mean exact E[X | T_dyn(P)] over ``contexts`` for every P in ``capacities`` and the mean level
     widths of T_dyn(P) (``widths[j][d]``: nodes at depth d of the tree of capacity ``capacities[j]``),
-    by :func:`drafter_values_at` at each context (generator ``seed + c`` at context c). At greedy the
-    tree is ranked by the draft's temperature-1 law (a one-hot law ranks no alternatives) while the
-    target's laws stay greedy."""
+    by :func:`drafter_values_at` at each context (context c draws from ``derive_seed(seed, "dynamic tree
+    values", c)``). At greedy the tree is ranked by the draft's temperature-1 law (a one-hot law ranks
+    no alternatives) while the target's laws stay greedy."""
     caps = [int(c) for c in capacities]
     pmax = max(caps)
     values = np.zeros((len(contexts), len(caps)))
@@ -122,7 +123,8 @@ def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sa
     for c, context in enumerate(contexts):
         t_ctx.set(context)
         d_ctx.set(context)
-        at = drafter_values_at(target, draft, context, pmax, sampling, make_generator(seed + c), kinds=("dynamic",),
+        generator = make_generator(derive_seed(seed, "dynamic tree values", c))
+        at = drafter_values_at(target, draft, context, pmax, sampling, generator, kinds=("dynamic",),
                                rank=rank)["dynamic"]
         for j, P in enumerate(caps):
             n = min(P, len(at.running))
@@ -166,7 +168,8 @@ def drafter_values(target, draft, samples: list[MomentSample], positions: list[t
                    temperature: float = 1.0, seed: int = 0, progress=None, journal: PartialResults | None = None,
                    key: str = "drafter_exact") -> DrafterValues:
     """Exact E[X | drafted tree] of the dynamic and chain drafters at ``positions`` (the oracle's),
-    for every P in ``capacities`` (see :func:`drafter_values_at`); one journal unit per position."""
+    for every P in ``capacities`` (see :func:`drafter_values_at`); one journal unit per position (sample i,
+    position j), drawing from its own stream ``derive_seed(seed, key, i, j)``."""
     journal = journal if journal is not None else no_journal()
     caps = [int(c) for c in capacities]
     pmax = max(caps)
@@ -174,16 +177,16 @@ def drafter_values(target, draft, samples: list[MomentSample], positions: list[t
     stage = Stage(progress, f"drafter trees at positions (P ≤ {pmax})", len(positions))
     t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
 
-    def measure(k: int, i: int, j: int) -> dict[str, ExactAt]:
+    def measure(i: int, j: int) -> dict[str, ExactAt]:
         context = contexts_at(samples, [(i, j)])[0]
         t_ctx.set(context)
         d_ctx.set(context)
-        return drafter_values_at(target, draft, context, pmax, config, make_generator(seed + 31 * k))
+        return drafter_values_at(target, draft, context, pmax, config, make_generator(derive_seed(seed, key, i, j)))
 
     rows: dict[str, list] = {kind: [] for kind in EXACT_KINDS}
     seconds: dict[str, list] = {kind: [] for kind in EXACT_KINDS}
-    for k, (i, j) in enumerate(positions):
-        values = journal.unit(f"{key}/{i}/{j}/P{pmax}", dict[str, ExactAt], lambda k=k, i=i, j=j: measure(k, i, j))
+    for i, j in positions:
+        values = journal.unit(f"{key}/{i}/{j}/P{pmax}", dict[str, ExactAt], lambda i=i, j=j: measure(i, j))
         for kind in EXACT_KINDS:
             run = np.asarray(values[kind].running, dtype=np.float64)
             rows[kind].append([float(run[min(c, run.size) - 1]) if run.size else 0.0 for c in caps])
@@ -246,7 +249,9 @@ def drafter_runs(target, draft, prompt_ids: list[list[int]], capacities, kind: s
                  key: str = "drafter") -> DrafterRuns:
     """τ(P) = tokens per target call of tree SD with a real drafter — ``"chain"`` (a sampled chain of
     P tokens: standard SD with γ = P), ``"dynamic"`` (best-first tree of P nodes) or ``"sampled"`` —
-    plus the measured draft and target seconds per round; one journal unit per (P, prompt)."""
+    plus the measured draft and target seconds per round; one journal unit per (P, prompt). Prompt k at
+    capacity P decodes with ``derive_seed(seed, key, P, k)`` whatever the drafter kind: the kinds are
+    compared on common random numbers."""
     journal = journal if journal is not None else no_journal()
     prompts = prompt_ids[:n_prompts]
     caps = [int(c) for c in capacities]
@@ -254,10 +259,11 @@ def drafter_runs(target, draft, prompt_ids: list[list[int]], capacities, kind: s
 
     def run(P: int, k: int, ids: list[int]) -> DrafterRun:
         res = speculative_decode(target, draft, ids, tokens, tree=P, tree_drafter=kind, temperature=temperature,
-                                 seed=seed + 104729 * k + P)
+                                 seed=derive_seed(seed, key, P, k))
         m = res.metrics
-        return DrafterRun(m.new_tokens, m.target_calls, sum(m.accepted_per_step), len(m.accepted_per_step),
-                          m.draft_time, m.target_time, m.draft_calls, sum(m.drafted_per_step))
+        return DrafterRun(tokens=m.new_tokens, calls=m.target_calls, accepted=sum(m.accepted_per_step),
+                          rounds=len(m.accepted_per_step), draft_time=m.draft_time, target_time=m.target_time,
+                          draft_calls=m.draft_calls, nodes=sum(m.drafted_per_step))
 
     out = DrafterRuns(kind, caps, len(prompts), int(tokens))
     for P in caps:
@@ -266,9 +272,11 @@ def drafter_runs(target, draft, prompt_ids: list[list[int]], capacities, kind: s
             total = total + journal.unit(f"{key}/{kind}/P{P}/{k}", DrafterRun, lambda P=P, k=k, ids=ids: run(P, k, ids))
             stage.advance()
         rounds = max(total.rounds, 1)
-        out.by_capacity[P] = DrafterRow(total.tau, total.accepted / rounds, total.draft_time / rounds,
-                                        total.target_time / rounds, total.draft_calls / rounds, total.nodes / rounds,
-                                        total.rounds, total.tokens)
+        out.by_capacity[P] = DrafterRow(tau=total.tau, mean_accepted=total.accepted / rounds,
+                                        draft_seconds_per_round=total.draft_time / rounds,
+                                        target_seconds_per_round=total.target_time / rounds,
+                                        draft_calls_per_round=total.draft_calls / rounds,
+                                        nodes_per_round=total.nodes / rounds, rounds=total.rounds, tokens=total.tokens)
     target.reset()
     draft.reset()
     return out

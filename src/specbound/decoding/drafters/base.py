@@ -5,6 +5,13 @@ A drafter (as in Hugging Face's candidate generators) turns the committed tokens
 and verifies it; the drafter then hears how the round went (:class:`RoundFeedback`) to fix its
 cache and learn. Drafters never verify and never touch the target's cache (the oracle, which
 reads the target, restores it).
+
+The contract, per round: ``propose(committed, max_depth, generator) -> DraftTree`` leaves the
+proposal's nodes in the draft cache; then exactly one of ``observe(feedback)`` (the engine verified
+it: keep the accepted path, learn) or ``abandon()`` (nobody will verify it, e.g. an analysis that
+only reads the proposal: drop it from the cache). Everything ``observe`` needs from ``propose``
+travels in the tree (per-node ``scores``, ``confidences``, ``cache_nodes``) — a drafter keeps no
+per-round state of its own.
 """
 from __future__ import annotations
 
@@ -26,14 +33,15 @@ __all__ = ["DraftCache", "Drafter", "RoundFeedback"]
 
 @dataclass
 class RoundFeedback:
-    """How one round went: the tree, the verdict, and what it cost."""
+    """How one round went: the tree the drafter proposed (with its per-node fields), the verdict, and
+    what it cost. The one object that crosses the engine → drafter seam."""
 
-    tree: DraftTree
-    verdict: Verdict
-    draft_seconds: float
-    target_seconds: float
+    tree: DraftTree             # the proposal, as returned by propose (n nodes)
+    verdict: Verdict            # accepted path (tree indices), recovered/bonus token, how the round ended
+    draft_seconds: float        # propose's wall time
+    target_seconds: float       # the one target pass's wall time
     target_tokens: int          # tokens the target read in its one pass (pending committed + tree nodes)
-    node_target_probs: torch.Tensor | None = None   # [n] target prob of each node's token at its parent (NaN: unknown)
+    node_target_probs: torch.Tensor | None = None   # [n] float64: target prob of node i's token at its parent (NaN: not read)
 
 
 class Drafter(ABC):
@@ -41,6 +49,8 @@ class Drafter(ABC):
 
     name: str = "drafter"
     model: LanguageModel | None = None
+    #: the draft model's cache seen as committed chain + this round's tree (None: no draft model)
+    cache: "DraftCache | None" = None
     #: proposes trees that are not chains, so the target must implement ``forward_tree``
     needs_tree_target: bool = False
 
@@ -74,6 +84,12 @@ class Drafter(ABC):
 
     def observe(self, feedback: RoundFeedback) -> None:
         """After verification: keep the accepted path in the draft cache, learn from the round."""
+
+    def abandon(self) -> None:
+        """Drop the last proposal unverified: the draft cache keeps only the committed chain (the next
+        :meth:`propose` starts from there). For analyses that read a proposal without decoding."""
+        if self.cache is not None:
+            self.cache.restore()
 
     def finish(self) -> None:
         """After the last round (also after an interrupt): persist what the run learnt."""

@@ -17,7 +17,7 @@ from ..sampling import SamplingConfig, logits_to_probs, sample_from
 from ..tree import DraftTree
 from .base import DraftCache, Drafter, RoundFeedback
 
-__all__ = ["BATCH_DESIGNS", "BatchDrafter", "check_design", "check_drafts"]
+__all__ = ["BATCH_DESIGNS", "BatchDrafter", "check_batch_gamma", "check_design", "check_drafts"]
 
 BATCH_DESIGNS = ("A", "B")
 
@@ -25,6 +25,13 @@ BATCH_DESIGNS = ("A", "B")
 def check_drafts(drafts) -> int:
     """M (number of i.i.d. draft sequences per round): an integer ≥ 1; None means 1 (chain SD)."""
     return 1 if drafts is None else positive_int(drafts, "drafts (number of draft sequences per round)")
+
+
+def check_batch_gamma(gamma):
+    """γ for batch SD: an integer ≥ 1 (branch length) or None (to the horizon); "auto" is not offered."""
+    if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1):
+        raise SpecboundError(f"gamma (draft length) must be an integer >= 1 or None for batch SD, got {gamma!r}")
+    return gamma
 
 
 def check_design(design) -> str:
@@ -50,9 +57,7 @@ class BatchDrafter(Drafter):
         if not model.supports_trees:
             raise SpecboundError(f"{model.name} does not implement forward_tree/keep_path, which batch speculative "
                                  "decoding needs (use drafts=None for chain speculative decoding)")
-        if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1):
-            raise SpecboundError(f"gamma (draft length) must be an integer >= 1 or None for batch SD, got {gamma!r}")
-        self.model, self.gamma = model, gamma
+        self.model, self.gamma = model, check_batch_gamma(gamma)
         self.drafts, self.design = check_drafts(drafts), check_design(design)
         self.cache = DraftCache(model)
 

@@ -57,7 +57,6 @@ class ChainDrafter(Drafter):
         self.rounds = 0
         self.cache = DraftCache(model, chain_only=True)
         self.confidence = confidence_config(sampling)
-        self._confidences: list[float] = []
 
     def start(self, target, prompt):
         super().start(target, prompt)
@@ -71,7 +70,6 @@ class ChainDrafter(Drafter):
             self.rounds += 1
             limit = min(max_depth, self.shared.gamma_for_round(self.rounds))
             if limit == 0:
-                self._confidences = []
                 return DraftTree.empty()
         elif self.budget is not None:
             limit = min(max_depth, self.budget.max_depth, self.budget.max_nodes)
@@ -112,10 +110,9 @@ class ChainDrafter(Drafter):
             keep = len(tokens) if probe else self.budget.best_prefix(values, time.perf_counter() - t0, pending=1)
             tokens, laws, conf = tokens[:keep], laws[:keep], conf[:keep]
             if keep == 0:
-                self._confidences = []
                 return DraftTree.empty()
-        self._confidences = conf
-        return DraftTree.chain(tokens, torch.stack(laws) if laws else None, draft_calls=self.cache.calls)
+        return DraftTree.chain(tokens, torch.stack(laws) if laws else None, draft_calls=self.cache.calls,
+                               confidences=conf if self.budget is not None else None)
 
     def _continue(self, values, conf, t0) -> bool:
         if self.budget is None:
@@ -145,7 +142,7 @@ class ChainDrafter(Drafter):
                 accept = np.minimum(1.0, t / np.maximum(q, 1e-300))
             else:                                                     # arg-max chain: the target's probability
                 accept = t
-            conf = np.asarray(self._confidences[:len(tree)])
+            conf = tree.confidences.numpy()
             c = self.budget.calibration(conf)
             self.budget.learn(conf, accept, first_values=c[:1], best_children=c[1:])
 

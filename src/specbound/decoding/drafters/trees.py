@@ -43,11 +43,10 @@ class _ModelTreeDrafter(Drafter):
             raise SpecboundError(f"{model.name} does not implement forward_tree/keep_path, which tree drafting needs")
         self.model, self.capacity = model, check_tree_capacity(capacity)
         self.cache = DraftCache(model)
-        self._internal: list[int] = []        # tree node -> drafter node id used in the cache
 
     def observe(self, feedback: RoundFeedback) -> None:
         if len(feedback.tree):
-            self.cache.keep([self._internal[i] for i in feedback.verdict.path])
+            self.cache.keep(feedback.tree.cache_path(feedback.verdict.path))
 
     def describe(self) -> str:
         return f"{self.name} tree(P={self.capacity})"
@@ -82,8 +81,6 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
         self.budget, self.auto = budget, budget == "auto"
         if self.auto:
             self.budget = None
-        self.last_scores: list[float] = []    # draft path probability of each node of the last tree
-        self._conf: list[float] = []
 
     def start(self, target, prompt):
         super().start(target, prompt)
@@ -147,11 +144,9 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
             order = order[:max(n, b.probe_size()) if b.exploring else n]
         chosen = sorted(order, key=lambda i: (depth[i], score[i], i))
         index = {node: j for j, node in enumerate(chosen)}
-        self._internal = chosen
-        self._conf = [conf[i] for i in chosen]
-        self.last_scores = [math.exp(-score[i]) for i in chosen]
         return DraftTree([tok[i] for i in chosen], [index[par[i]] if par[i] >= 0 else -1 for i in chosen],
-                         draft_calls=self.cache.calls)
+                         draft_calls=self.cache.calls, scores=[math.exp(-score[i]) for i in chosen],
+                         confidences=[conf[i] for i in chosen], cache_nodes=chosen)
 
     def _expansion_width(self, level: list[int], value: list[float], order: list[int], parents: list[int],
                          conf: list[float], t0: float) -> int:
@@ -201,7 +196,7 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
         for k, seconds in self.cache.reads:
             b.costs.observe_draft(k, seconds)
         t = feedback.node_target_probs.numpy()            # deterministic tree: acceptance = target prob
-        conf = np.asarray(self._conf)
+        conf = tree.confidences.numpy()
         c = b.calibration(conf)
         roots = (tree.parents < 0).numpy()
         b.learn(conf, t, first_values=c[roots], best_children=c[~roots])
@@ -259,5 +254,4 @@ class SampledTreeDrafter(_ModelTreeDrafter):
         draft_probs = root.new_zeros(len(tokens) + 1, root.shape[-1])
         for node, law in laws.items():
             draft_probs[node + 1] = law
-        self._internal = list(range(len(tokens)))
         return DraftTree(tokens, parents, draft_probs, sampled=True, draft_calls=self.cache.calls)
