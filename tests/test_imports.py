@@ -1,4 +1,4 @@
-"""No import cycles in specbound.
+"""No import cycles in specbound, and no import from a layer above.
 
 * Static: the import graph of src/specbound (``ast``; relative imports resolved; importing a.b.c also
   runs the ``__init__`` of every package on the way that the importer is not already inside) must have
@@ -9,6 +9,9 @@
   ``models``, ``decoding``, ``assets``, ``errors`` and ``seeds`` (never the studies, ``advise`` or the
   command line), and ``advise`` never reaches the studies — at module or function level. ``seeds``,
   like ``errors``, is the bottom layer: it imports no other specbound module but ``errors``.
+* Layer order (``LAYERS``, bottom first, as in README's layout): errors/seeds/options/runtime <
+  theory, assets < models < decoding < measure < advise, export < experiments < cli. No module imports
+  (at module or function level) from a layer above its own; theory/ imports no torch.
 * At run time: every specbound module imports on its own in a fresh interpreter (each one with no
   other specbound module loaded), so no module depends on another having been imported first.
 """
@@ -212,3 +215,64 @@ def test_seeds_and_errors_are_the_bottom_layer():
     graph = import_graph(include_function_level=True)
     assert graph["specbound.seeds"] <= {"specbound", "specbound.errors"}, graph["specbound.seeds"]
     assert graph["specbound.errors"] <= {"specbound"}, graph["specbound.errors"]
+
+
+# The layers, bottom first: a module may import its own package and any package of a lower layer, never
+# one above (entry scripts ``__main__`` excepted: ``python -m specbound.assets`` runs the command line).
+LAYERS = [
+    {"errors", "seeds", "options", "runtime"},      # no specbound imports but errors
+    {"theory", "assets"},                            # pure NumPy/SciPy formulas; packaged data and the cache
+    {"models"},                                      # backends behind one protocol
+    {"decoding"},                                    # one loop, one tree, one verify
+    {"measure"},                                     # measurement primitives
+    {"advise", "export"},                            # the product command and its exports
+    {"experiments"},                                 # the studies
+    {"cli"},                                         # parse, run, write
+]
+
+
+def _layer(name: str) -> int:
+    parts = name.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    for rank, packages in enumerate(LAYERS):
+        if top in packages:
+            return rank
+    raise AssertionError(f"{name}: its package {top!r} is in no layer; add it to LAYERS")
+
+
+def test_layer_table_covers_every_package():
+    for name in MODULES:
+        if name != "specbound":
+            _layer(name)
+
+
+def test_no_module_imports_from_a_layer_above_it():
+    graph = import_graph(include_function_level=True)
+    bad = []
+    for name, targets in graph.items():
+        if name == "specbound" or name.endswith(".__main__"):
+            continue
+        for target in targets:
+            if target != "specbound" and _layer(target) > _layer(name):
+                bad.append(f"{name} -> {target}")
+    assert bad == [], "imports from a layer above:\n" + "\n".join(sorted(bad))
+
+
+def test_layer_check_catches_an_upward_import():
+    graph = {"specbound.theory.x": {"specbound.decoding.engine"}, "specbound.cli.y": {"specbound.theory.x"}}
+    up = [(a, b) for a, bs in graph.items() for b in bs if _layer(b) > _layer(a)]
+    assert up == [("specbound.theory.x", "specbound.decoding.engine")]
+
+
+def test_theory_is_pure_numpy():
+    for name, path in MODULES.items():
+        if _under(name, "specbound.theory"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    roots = [a.name.split(".")[0] for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    roots = [node.module.split(".")[0]]
+                else:
+                    continue
+                assert not {"torch", "transformers", "llama_cpp"} & set(roots), f"{name} imports {roots}"
