@@ -17,6 +17,7 @@ def test_tokens_per_step_closed_form_and_positional_form():
     assert expected_tokens_per_step([0.5, 1.0, 0.5], 3) == pytest.approx(1 + 0.5 + 0.5 + 0.25)
 
 
+@pytest.mark.montecarlo
 def test_tokens_per_step_matches_engine_with_iid_acceptance():
     # a target that is uniform and a draft that is uniform on a subset: acceptance is exactly
     # |subset|/|vocab| at every position, i.i.d.
@@ -75,3 +76,17 @@ def test_greedy_chain_rounds_follow_the_text():
     assert greedy_chain_rounds(matches, 10) == (3, 8)
     assert greedy_chain_rounds(matches, 0) == (8, 8)
     assert greedy_chain_rounds([], 4) == (0, 0)
+
+
+def test_speed_of_light_speedup_picks_the_capacity_by_hand():
+    """Free drafting: speed-up(P) = (1 + E[X](P))·t(1)/t(P + 1). With t = 1 s up to 4 tokens, 2 s at 8,
+    4 s at 16: P=1 → 1.8/1, P=3 → 2.9/1, P=7 → 3.6/2, P=15 → 4.2/4; the best is P = 3 at 2.9×."""
+    from specbound.theory import CostProfile, speed_of_light_speedup
+
+    cost = CostProfile((1, 2, 4, 8, 16), (1.0, 1.0, 1.0, 2.0, 4.0))
+    best, speedup = speed_of_light_speedup({1: 0.8, 3: 1.9, 7: 2.6, 15: 3.2}, cost)
+    assert best == 3 and speedup == pytest.approx(2.9, rel=1e-12)
+    # a flat cost (Yin et al.'s Assumption 1) always prefers the largest tree value
+    assert speed_of_light_speedup({1: 0.8, 3: 1.9, 7: 2.6}, CostProfile.constant()) == (7, pytest.approx(3.6))
+    with pytest.raises(SpecboundError, match="at least one capacity"):
+        speed_of_light_speedup({}, cost)
