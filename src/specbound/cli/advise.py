@@ -70,7 +70,8 @@ def run(args) -> int:
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     _check_engine_available("llamacpp" if args.draft_engine == "llamacpp" else args.engine)
     configure_threads(args.threads)
-    config = AdviseConfig(args.engine, args.prompt_set, args.offset, len(calibration), args.tokens, args.positions,
+    config = AdviseConfig(engine=args.engine, prompt_set=args.prompt_set, offset=args.offset,
+                          n_prompts=len(calibration), tokens=args.tokens, positions=args.positions,
                           repeats=args.repeats, modes=modes, batches=batches)
     return _advise(args, config, calibration, check, out)
 
