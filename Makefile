@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: setup setup-models setup-llamacpp demo test bench clean
+.PHONY: setup setup-models setup-llamacpp demo test check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,14 @@ setup-llamacpp: setup
 	  $(BIN)/pip wheel -q --no-deps --no-cache-dir -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP_VERSION); fi
 	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,llamacpp]'
 
+# The full suite, as CI runs it (.ci/run): every test, llama.cpp's binding compiled once first.
 test: setup-llamacpp
 	$(BIN)/python -m pytest
+
+# The quick lane (a few minutes, no llama.cpp build): everything except the Monte Carlo / χ² tests and the
+# tests that need llama.cpp (markers in pyproject.toml).
+check: setup
+	$(BIN)/python -m pytest -m "not slow and not montecarlo and not llamacpp"
 
 bench: setup-models
 	$(BIN)/specbound bench

@@ -1,4 +1,11 @@
-"""Shared test helpers: exact processed laws of chains and a χ² goodness-of-fit test."""
+"""Shared test helpers (plain functions; the fixtures built on them are in conftest.py).
+
+- exact laws and the χ² test: ``processed_chain``, ``chi_square_pvalue``, ``encode``, ``exact_first_two_law``;
+- the greedy reference of a transformer: ``hf_greedy_tokens`` (its own ``generate``);
+- toy pairs: ``chain_pair`` / ``chain_models`` (exact Markov chains), ``tiny_transformer`` /
+  ``perturbed_copy`` / ``tiny_pair`` (random-init Qwen2 transformers built in code), ``HF_BACKENDS``;
+- stand-ins: ``CharTokenizer``, ``DelegatingModel``.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +13,7 @@ import torch
 from scipy import stats
 
 from specbound.decoding.sampling import SamplingConfig, logits_to_probs
-from specbound.models import LanguageModel
+from specbound.models import ChainModel, LanguageModel
 from specbound.theory import MarkovChain
 
 
@@ -49,6 +56,46 @@ def encode(sequences, n_states: int) -> np.ndarray:
     return code
 
 
+def exact_first_two_law(model, prompt, config: SamplingConfig, vocab: int = 48) -> np.ndarray:
+    """Law of (x_1, x_2) under an HF model's processed distribution, by enumerating x_1 (cache-free forwards)."""
+    model.reset()
+    with torch.inference_mode():
+        first = logits_to_probs(model.model(input_ids=prompt).logits[0, -1].double(), config)
+        law = np.zeros((vocab, vocab))
+        for tok in torch.nonzero(first).flatten().tolist():
+            ext = torch.cat([prompt, torch.tensor([[tok]])], dim=1)
+            second = logits_to_probs(model.model(input_ids=ext).logits[0, -1].double(), config)
+            law[tok] = first[tok].item() * second.numpy()
+    return law / law.sum()
+
+
+def hf_greedy_tokens(model, prompt: torch.Tensor, n: int) -> list[int]:
+    """The ``n`` tokens that transformers' own ``generate`` appends to ``prompt`` (shape (1, L)) greedily:
+    exactly ``n`` (no end-of-sequence stop), the reference for greedy token identity."""
+    with torch.inference_mode():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
+                             do_sample=False, pad_token_id=0, eos_token_id=None)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def chain_pair(seed: int, states: int = 4, *, noise: float = 0.7, horizon: int | None = None,
+               concentration: float = 1.0, draft_seed: int | None = None) -> tuple[MarkovChain, MarkovChain]:
+    """An exact toy (target, draft): a random chain and a perturbed copy of it.
+
+    The target is ``MarkovChain.random(states, horizon, concentration, seed)``; the draft mixes each of
+    its rows with a random row, weight ``noise``, drawn with ``draft_seed`` (default ``seed + 1000``).
+    """
+    target = MarkovChain.random(states, horizon=horizon, concentration=concentration, seed=seed)
+    draft = target.perturbed(noise, seed=seed + 1000 if draft_seed is None else draft_seed)
+    return target, draft
+
+
+def chain_models(seed: int, states: int = 4, **kwargs) -> tuple[ChainModel, ChainModel]:
+    """``chain_pair(seed, states, **kwargs)`` as language models (ChainModel target, ChainModel draft)."""
+    target, draft = chain_pair(seed, states, **kwargs)
+    return ChainModel(target), ChainModel(draft)
+
+
 def tiny_transformer(seed: int, vocab: int = 48, layers: int = 2, init_range: float = 0.25):
     """A randomly initialised Qwen2-architecture causal LM built from a config (no download)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -81,6 +128,38 @@ def perturbed_copy(model, noise: float, seed: int):
         for p in draft.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * noise * p.std().clamp_min(1e-3))
     return draft.eval()
+
+
+def tiny_pair(seed: int = 0, vocab: int = 48, *, noise: float = 0.35, draft_seed: int = 1, backend=None,
+              tokenizer=None):
+    """The tiny HF (target, draft): ``tiny_transformer(seed, vocab)`` and its ``perturbed_copy(noise, draft_seed)``.
+
+    ``backend=None`` returns the two torch modules; a backend class (``HFModel``, ``StaticCacheHFModel``,
+    a value of ``HF_BACKENDS``) wraps them as ``backend(model, tokenizer, name="tiny-target"/"tiny-draft")``.
+    """
+    target = tiny_transformer(seed, vocab=vocab)
+    draft = perturbed_copy(target, noise, seed=draft_seed)
+    if backend is None:
+        return target, draft
+    return backend(target, tokenizer, name="tiny-target"), backend(draft, tokenizer, name="tiny-draft")
+
+
+class CharTokenizer:
+    """Just enough tokenizer for the bench and the command line: characters → ids 1..47, ids → letters."""
+
+    chat_template = None
+
+    def __init__(self, eos_token_id: int | None = None):
+        self.eos_token_id = eos_token_id
+
+    def __call__(self, text, return_tensors=None, add_special_tokens=True):
+        return type("Enc", (), {"input_ids": torch.tensor([[1 + ord(c) % 47 for c in text]])})()
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(97 + i % 26) for i in ids)
+
+    def get_vocab(self):
+        return {str(i): i for i in range(48)}
 
 
 class DelegatingModel(LanguageModel):

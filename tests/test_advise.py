@@ -7,6 +7,7 @@ import shlex
 import numpy as np
 import pytest
 
+from helpers import chain_models
 from specbound.decoding import speculative_decode
 from specbound.advise import AdviseConfig, advise, measure_settings, measured_vs_predicted, recommendation
 from specbound.experiments.advise_report import write_advice
@@ -19,13 +20,8 @@ from test_policy import SleepyModel
 CONFIG = AdviseConfig(engine="torch", n_prompts=2, tokens=12, positions=6, chain_gamma=6, repeats=1)
 
 
-def _pair(noise):
-    target = MarkovChain.random(5, seed=2, concentration=0.3)
-    return ChainModel(target), ChainModel(target.perturbed(noise, seed=3))
-
-
 def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
-    target, draft = _pair(0.1)
+    target, draft = chain_models(2, 5, concentration=0.3, noise=0.1, draft_seed=3)
     # reads cost real time (chain models are otherwise free): a flat target, a cheap draft
     target, draft = SleepyModel(target, lambda k: 4e-3 + 1e-5 * k), SleepyModel(draft, lambda k: 4e-4)
     prompts = [[0, 1], [2, 3]]

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import perturbed_copy, tiny_transformer
 from specbound.experiments import analyze as az
 from specbound.experiments import analyze_report, report
 from specbound.measure import drafter_values, moments, oracle
@@ -22,15 +21,6 @@ from specbound.decoding.sampling import logits_to_probs
 from specbound.errors import SpecboundError
 from specbound.models.hf import HFModel
 from specbound.theory import estimate_moments, optimal_tree, tree_value
-
-VOCAB = 48
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_transformer(0, vocab=VOCAB)
-    draft = perturbed_copy(target, noise=0.35, seed=1)
-    return HFModel(target, name="tiny-target"), HFModel(draft, name="tiny-draft")
 
 
 def _direct_law(model: HFModel, context, config: SamplingConfig) -> np.ndarray:
@@ -203,6 +193,7 @@ def test_markdown_to_html_subset():
     assert '<img src="f.png"' in html
 
 
+@pytest.mark.montecarlo
 def test_exact_drafter_values_match_their_definitions(pair):
     """Dynamic tree: E[X|T_dyn(1)] = target prob of the draft's arg-max, and ≤ E[X|T*(P)] for every P.
     Chain: averaged over drafted tokens, the conditional expectation at γ = 1 is Σ_a min(target, draft)."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
+from helpers import DelegatingModel, chain_pair, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import BatchDrafter, SamplingConfig, Speculator, autoregressive_decode, speculative_decode
 from specbound.decoding import verify as verify_module
 from specbound.decoding.engine import make_generator
@@ -16,7 +16,7 @@ from specbound.decoding.verify import (
 )
 from specbound.errors import SpecboundError
 from specbound.models import ChainModel, LanguageModel
-from specbound.theory import MarkovChain, expected_rejections
+from specbound.theory import expected_rejections
 from specbound.theory.distributions import tv
 from specbound.theory.rejections import batch_expected_rejections, residual_chain
 from specbound.theory.tradeoff import (
@@ -24,12 +24,6 @@ from specbound.theory.tradeoff import (
 )
 
 P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome is deterministic
-
-
-def _pair(seed, states=4, horizon=None, noise=0.7, concentration=1.0):
-    target = MarkovChain.random(states, horizon=horizon, concentration=concentration, seed=seed)
-    draft = target.perturbed(noise, seed=seed + 1000)
-    return target, draft
 
 
 def _random_laws(rng, rows, vocab, zeros=True):
@@ -42,6 +36,7 @@ def _random_laws(rng, rows, vocab, zeros=True):
 
 
 # ------------------------------------------------------------------ verification core (vectorised)
+@pytest.mark.montecarlo
 def test_recursive_rejection_sampling_is_lossless_and_matches_thm3_all_reject():
     rng = np.random.default_rng(0)
     draft_np, target_np = _random_laws(rng, 1, 6)
@@ -122,7 +117,7 @@ RUNS = 3000
 
 
 def _law_and_samples(setting, design, drafts=3, runs=RUNS, seed=31):
-    target, draft = _pair(seed, states=4, noise=0.7)
+    target, draft = chain_pair(seed, states=4, noise=0.7)
     tm, dm = ChainModel(target), ChainModel(draft)
     config = SamplingConfig(setting["temperature"], setting.get("top_k"), setting.get("top_p"))
     law = processed_chain(target, config).sequence_law(0, 3)
@@ -131,6 +126,7 @@ def _law_and_samples(setting, design, drafts=3, runs=RUNS, seed=31):
     return law, samples
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("design", ["A", "B"])
 @pytest.mark.parametrize("setting", SETTINGS, ids=["T=1,horizon", "T=0.8,top_k=2,gamma=2"])
 def test_batch_output_law_of_first_three_tokens_is_target_law(setting, design):
@@ -150,6 +146,7 @@ def no_residual_update(candidates, *, target, draft, generator=None, alive=None)
     return CandidatesVerdict(accepted, residual_distribution(target=target, draft=draft), torch.zeros(len(accepted)))
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("design", ["A", "B"])
 def test_chi_square_catches_the_no_residual_update_mutant(design, monkeypatch):
     # same instance, runs and test as the lossless check above (top-k setting: more round starts)
@@ -163,7 +160,7 @@ def test_chi_square_catches_the_no_residual_update_mutant(design, monkeypatch):
 @pytest.mark.parametrize("gamma", [2, None])
 def test_greedy_batch_equals_target_greedy(design, gamma):
     for seed in range(4):
-        target, draft = _pair(seed, states=6, noise=0.8)
+        target, draft = chain_pair(seed, states=6, noise=0.8)
         tm, dm = ChainModel(target), ChainModel(draft)
         ar = autoregressive_decode(tm, [seed % 6, 2], 25, temperature=0.0)
         for drafts in (2, 4):
@@ -174,7 +171,7 @@ def test_greedy_batch_equals_target_greedy(design, gamma):
 
 
 def test_drafts_one_is_the_chain_engine():
-    target, draft = _pair(5, states=5)
+    target, draft = chain_pair(5, states=5)
     tm, dm = ChainModel(target), ChainModel(draft)
     for gamma in (2, None):
         chain = speculative_decode(tm, dm, [1], 12, gamma=gamma, seed=3)
@@ -185,10 +182,11 @@ def test_drafts_one_is_the_chain_engine():
 
 # ------------------------------------------------------------------ Thm 3 by Monte Carlo (horizon mode)
 HORIZON = 6
-MC_TARGET, MC_DRAFT = _pair(8, states=4, horizon=HORIZON, noise=0.7)
+MC_TARGET, MC_DRAFT = chain_pair(8, states=4, horizon=HORIZON, noise=0.7)
 MC_RUNS = 2000
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("drafts, design", [(1, "B"), (2, "A"), (2, "B"), (4, "A"), (4, "B")])
 def test_thm3_exact_matches_batch_engine_monte_carlo(drafts, design):
     # BatchDrafter directly, so drafts=1 runs the batch code path too (speculative_decode would
@@ -245,7 +243,7 @@ class RecordingModel(DelegatingModel):
 @pytest.mark.parametrize("design", ["A", "B"])
 @pytest.mark.parametrize("gamma", [3, None])
 def test_one_target_call_per_round_and_caches_hold_committed_tokens_only(design, gamma):
-    target, draft = _pair(9, states=4, horizon=14, noise=0.8)
+    target, draft = chain_pair(9, states=4, horizon=14, noise=0.8)
     for seed in range(5):
         tm, dm = RecordingModel(ChainModel(target)), RecordingModel(ChainModel(draft))
         res = speculative_decode(tm, dm, [0, 1], 12, gamma=gamma, seed=seed, drafts=3, design=design)
@@ -267,7 +265,7 @@ RELAX_RUNS = 6000
 
 
 def _first_token_runs(relaxation):
-    target, draft = _pair(42, states=6, noise=0.9)
+    target, draft = chain_pair(42, states=6, noise=0.9)
     tm, dm = ChainModel(target), ChainModel(draft)
     tokens, rejected, bias = np.empty(RELAX_RUNS, dtype=np.int64), np.empty(RELAX_RUNS), np.empty(RELAX_RUNS)
     for i in range(RELAX_RUNS):
@@ -277,6 +275,7 @@ def _first_token_runs(relaxation):
     return target.transitions[0], draft.transitions[0], tokens, rejected, bias
 
 
+@pytest.mark.montecarlo
 def test_relaxed_opt_and_uno_same_rejections_opt_bias_on_thm4_and_below_uno():
     eps = 0.05
     target, draft, opt_tokens, opt_rej, opt_bias = _first_token_runs(("opt", eps))
@@ -309,7 +308,7 @@ def test_relaxed_opt_and_uno_same_rejections_opt_bias_on_thm4_and_below_uno():
 
 
 def test_relaxed_sequence_metrics_and_eps_zero_is_standard_sd():
-    target, draft = _pair(5, states=5, noise=0.8)
+    target, draft = chain_pair(5, states=5, noise=0.8)
     tm, dm = ChainModel(target), ChainModel(draft)
     for gamma in (3, None):
         lossless = speculative_decode(tm, dm, [1], 15, gamma=gamma, seed=4)
@@ -327,7 +326,7 @@ def test_relaxed_sequence_metrics_and_eps_zero_is_standard_sd():
 
 # ------------------------------------------------------------------ bad input
 def test_bad_input_errors():
-    target, draft = _pair(0, states=4)
+    target, draft = chain_pair(0, states=4)
     tm, dm = ChainModel(target), ChainModel(draft)
 
     class NoTree(LanguageModel):

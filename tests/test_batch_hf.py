@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import chi_square_pvalue, encode, perturbed_copy, tiny_transformer
+from helpers import chi_square_pvalue, encode, hf_greedy_tokens, tiny_pair
 from specbound.decoding import SamplingConfig, logits_to_probs, speculative_decode
 from specbound.models.hf import HFModel
 
@@ -12,27 +12,25 @@ VOCAB = 32
 
 
 @pytest.fixture(scope="module")
-def pair():
-    target = tiny_transformer(10, vocab=VOCAB)
-    return HFModel(target, name="tiny-target"), HFModel(perturbed_copy(target, 0.5, seed=11), name="tiny-draft")
+def batch_pair():
+    """This file's tiny HF pair: vocabulary 32, target seed 10, draft noise 0.5 (seed 11)."""
+    return tiny_pair(10, VOCAB, noise=0.5, draft_seed=11, backend=HFModel)
 
 
 @pytest.mark.parametrize("design", ["A", "B"])
 @pytest.mark.parametrize("gamma", [3, None])
-def test_greedy_batch_sd_matches_target_greedy(pair, design, gamma):
-    target, draft = pair
+def test_greedy_batch_sd_matches_target_greedy(batch_pair, design, gamma):
+    target, draft = batch_pair
     prompt = torch.tensor([[1, 5, 9, 2]])
-    with torch.inference_mode():
-        ref = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20,
-                                    min_new_tokens=20, do_sample=False, pad_token_id=0,
-                                    eos_token_id=None)[0, 4:].tolist()
+    ref = hf_greedy_tokens(target.model, prompt, 20)
     out = speculative_decode(target, draft, prompt, 20, gamma=gamma, temperature=0.0, drafts=3, design=design)
     assert out.tokens == ref
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("design", ["A", "B"])
-def test_batch_sd_first_two_tokens_follow_target_law(pair, design):
-    target, draft = pair
+def test_batch_sd_first_two_tokens_follow_target_law(batch_pair, design):
+    target, draft = batch_pair
     config = SamplingConfig(1.0, top_k=4)
     prompt = torch.tensor([[7, 3, 8]])
     with torch.inference_mode():

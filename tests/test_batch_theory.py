@@ -352,6 +352,7 @@ def _mc(drafts, design):
     return MC_REJECTIONS[key]
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("design", ["B", "A"])
 @pytest.mark.parametrize("drafts", [1, 2, 4, 5, 8])
 def test_monte_carlo_matches_exact(drafts, design):
@@ -375,6 +376,7 @@ def _first_two_tokens_pvalue(paths):
     return chi_square_pvalue(encode(paths[:, 1:3], 7), law)
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("design", ["A", "B"])
 def test_batch_output_is_unbiased_and_planted_bias_is_caught(design):
     _, paths = simulate_batch_rejections(target=TARGET_7, draft=DRAFT_7, horizon=T7, drafts=4, design=design,

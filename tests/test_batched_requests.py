@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import HF_BACKENDS, chi_square_pvalue, encode, perturbed_copy, processed_chain, tiny_transformer
+from helpers import (
+    HF_BACKENDS, CharTokenizer, chain_models, chain_pair, chi_square_pvalue, encode, processed_chain, tiny_pair,
+    tiny_transformer,
+)
 from specbound.decoding import SamplingConfig, speculative_decode
 from specbound.decoding.batch import (
     BatchInterrupted, autoregressive_decode_batch, batch_cost_prior, check_batch_memory, speculative_decode_batch,
@@ -20,7 +23,6 @@ from specbound.errors import SpecboundError
 from specbound.models import ChainModel, LanguageModel
 from specbound.models import static as static_module
 from specbound.models.static import StaticCacheHFModel
-from specbound.theory import MarkovChain
 from specbound.theory.speedup import CostProfile
 
 P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome is deterministic
@@ -29,14 +31,9 @@ P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome
 REQUESTS = [([0], 3), ([2, 1, 3], 5), ([1, 1], 4)]
 
 
-def _chains(seed=31):
-    target = MarkovChain.random(4, concentration=1.0, seed=seed)
-    return target, target.perturbed(0.7, seed=seed + 1000)
-
-
 def _batch_samples(setting, runs=2000, **extra):
     """The first 3 tokens of every request over ``runs`` batch decodes with seeds 3·r .. 3·r + 2."""
-    target, draft = _chains()
+    target, draft = chain_pair(31)
     tm, dm = ChainModel(target), ChainModel(draft)
     prompts = [p for p, _ in REQUESTS]
     budgets = [b for _, b in REQUESTS]
@@ -53,6 +50,7 @@ def _batch_samples(setting, runs=2000, **extra):
 SETTINGS = [dict(temperature=0.8, top_k=3, gamma=2), dict(temperature=1.0, top_p=0.8, gamma=3)]
 
 
+@pytest.mark.montecarlo
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", SETTINGS, ids=["T=0.8,top_k=3", "top_p=0.8"])
 def test_every_request_follows_the_target_law(setting):
@@ -61,6 +59,7 @@ def test_every_request_follows_the_target_law(setting):
         assert chi_square_pvalue(encode(s, 4), law) > P_MIN
 
 
+@pytest.mark.montecarlo
 @pytest.mark.slow
 def test_chi_square_catches_a_biased_batch():
     # the same test on the same batches, decoded with a deliberately biased rule (Decoding-OPT, ε = 0.5)
@@ -69,8 +68,7 @@ def test_chi_square_catches_a_biased_batch():
 
 
 def test_a_request_decodes_as_it_would_alone_on_exact_chains():
-    target, draft = _chains(5)
-    tm, dm = ChainModel(target), ChainModel(draft)
+    tm, dm = chain_models(5)
     prompts = [p for p, _ in REQUESTS]
     budgets = [b + 9 for _, b in REQUESTS]
     for kw in (dict(gamma=2), dict(tree=5), dict(tree=4, tree_drafter="sampled"), dict(drafts=3, gamma=2)):
@@ -83,8 +81,8 @@ def test_a_request_decodes_as_it_would_alone_on_exact_chains():
 # ------------------------------------------------------------------ rows that share passes
 @pytest.fixture(scope="module")
 def hf_pair():
-    target = tiny_transformer(0)
-    return target, perturbed_copy(target, 0.3, 1)
+    """The two torch modules of a tiny pair (draft noise 0.3); each test wraps them in the backend it needs."""
+    return tiny_pair(0, noise=0.3, draft_seed=1)
 
 
 HF_PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11, 12, 13], [4], [7, 7, 30]]
@@ -203,7 +201,7 @@ def test_a_batch_beyond_memory_is_refused_before_allocating(hf_pair):
 
 
 def test_a_backend_without_rows_is_refused_clearly():
-    target, draft = _chains()
+    target, draft = chain_pair(31)
 
     class NoRows(ChainModel):
         fork = LanguageModel.fork                     # the protocol's default: no rows
@@ -247,17 +245,6 @@ def test_a_failing_request_names_itself_and_stops_the_batch(hf_pair):
 
 
 # ------------------------------------------------------------------ the command line
-class CharTokenizer:
-    eos_token_id = None
-    chat_template = None
-
-    def __call__(self, text, return_tensors=None, add_special_tokens=True):
-        return type("Enc", (), {"input_ids": torch.tensor([[1 + ord(c) % 47 for c in text]])})()
-
-    def decode(self, ids, skip_special_tokens=True):
-        return "".join(chr(97 + i % 26) for i in ids)
-
-
 def test_generate_decodes_several_prompts_as_one_batch(hf_pair, monkeypatch, capsys):
     import json
 

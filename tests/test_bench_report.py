@@ -3,9 +3,7 @@ outputs match plain generate, the journal resumes, and the report is written."""
 import copy
 import json
 
-import torch
-
-from helpers import perturbed_copy, tiny_transformer
+from helpers import CharTokenizer, tiny_pair
 from specbound.assets.prompts import Prompt
 from specbound.experiments.bench import BENCH_METHODS, LLAMACPP_METHODS, BenchConfig, BenchResult, run_bench
 
@@ -17,22 +15,13 @@ from specbound.models.int8 import quantize_int8
 from specbound.models.hf import HFModel
 
 
-class CharTokenizer:
-    """Just enough tokenizer for the bench: characters → ids below 48."""
-    eos_token_id = 0
-    chat_template = None
-
-    def __call__(self, text, return_tensors="pt"):
-        return type("Enc", (), {"input_ids": torch.tensor([[1 + ord(c) % 47 for c in text]])})()
-
-
 def _models():
-    target_model = tiny_transformer(0, vocab=48)
-    draft_model = perturbed_copy(target_model, 0.3, seed=1)
+    target_model, draft_model = tiny_pair(0, 48, noise=0.3, draft_seed=1)
     int8 = quantize_int8(copy.deepcopy(draft_model))
-    return {"target": HFModel(target_model, CharTokenizer(), name="tiny-target"),
-            "draft_fp32": HFModel(draft_model, CharTokenizer(), name="tiny-draft"),
-            "draft_int8": HFModel(int8, CharTokenizer(), name="tiny-draft-int8")}
+    tokenizer = CharTokenizer(eos_token_id=0)
+    return {"target": HFModel(target_model, tokenizer, name="tiny-target"),
+            "draft_fp32": HFModel(draft_model, tokenizer, name="tiny-draft"),
+            "draft_int8": HFModel(int8, tokenizer, name="tiny-draft-int8")}
 
 
 def test_bench_runs_every_method_and_resumes(tmp_path):

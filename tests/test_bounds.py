@@ -164,6 +164,7 @@ def iid_environment_rows(rng, n):
     return np.exp(log_softmax(beta * rng.normal(size=(n, 16)), axis=-1))
 
 
+@pytest.mark.montecarlo
 def test_T4_iid_random_environment_moments():
     rng = np.random.default_rng(2024)
     rows = iid_environment_rows(rng, 200_000)
@@ -179,6 +180,7 @@ def test_T4_iid_random_environment_moments():
     assert est.var_surprisal == pytest.approx(4.164 - 1.611 ** 2, abs=4 * se_var + 2e-3)
 
 
+@pytest.mark.montecarlo
 def test_T4_iid_random_environment_slope_and_bounds():
     rng = np.random.default_rng(7)
     caps = np.array([64, 256, 1024])

@@ -9,23 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import perturbed_copy, tiny_transformer
 from specbound.cli import main
 from specbound.errors import SpecboundError
 from specbound.experiments import analyze as az
 from specbound.measure.journal import PartialResults
 from specbound.experiments.report import check_output_dir, from_jsonable, to_jsonable
-from specbound.models.hf import HFModel
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "results"
-VOCAB = 48
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = tiny_transformer(0, vocab=VOCAB)
-    draft = perturbed_copy(target, noise=0.35, seed=1)
-    return HFModel(target, name="tiny-target"), HFModel(draft, name="tiny-draft")
 
 
 def _tiny_config(**overrides):

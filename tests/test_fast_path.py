@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import perturbed_copy, tiny_transformer
+from helpers import hf_greedy_tokens, tiny_pair, tiny_transformer
 from specbound.decoding import speculative_decode
 from specbound.models.fast import PrepackedLinear, prepack_available, prepack_linears
 from specbound.models.hf import HFModel
@@ -38,15 +38,11 @@ def test_whole_model_logits_match_eager():
 
 @pytest.mark.parametrize("gamma", [2, 5])
 def test_greedy_sd_through_fast_path_is_token_identical_to_eager_target(gamma):
-    eager_target = tiny_transformer(3, vocab=48)
-    draft = perturbed_copy(eager_target, 0.3, seed=4)
+    eager_target, draft = tiny_pair(3, 48, noise=0.3, draft_seed=4)
     fast_target, fast_draft = copy.deepcopy(eager_target), copy.deepcopy(draft)
     prepack_linears(fast_target)
     prepack_linears(fast_draft)
     prompt = [5, 9, 13, 2]
-    with torch.inference_mode():
-        ref = eager_target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long),
-                                    max_new_tokens=40, min_new_tokens=40, do_sample=False,
-                                    pad_token_id=0, eos_token_id=None)[0, 4:].tolist()
+    ref = hf_greedy_tokens(eager_target, torch.tensor([prompt]), 40)
     out = speculative_decode(HFModel(fast_target), HFModel(fast_draft), prompt, 40, gamma=gamma, temperature=0.0)
     assert out.tokens == ref

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import HF_BACKENDS, chi_square_pvalue, encode, perturbed_copy, tiny_transformer
-from specbound.decoding import SamplingConfig, autoregressive_decode, logits_to_probs, speculative_decode
+from helpers import chi_square_pvalue, encode, exact_first_two_law, hf_greedy_tokens, tiny_transformer
+from specbound.decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from specbound.errors import SpecboundError
 from specbound.models import LanguageModel
 from specbound.models.hf import HFModel
@@ -14,49 +14,25 @@ from specbound.models.hf import HFModel
 VOCAB = 48
 
 
-@pytest.fixture(scope="module", params=HF_BACKENDS)
-def pair(request):
-    """The tiny pair behind both HF backends: the model's own forward (DynamicCache) and the static cache."""
-    target = tiny_transformer(0, vocab=VOCAB)
-    draft = perturbed_copy(target, noise=0.35, seed=1)
-    backend = HF_BACKENDS[request.param]
-    return backend(target, name="tiny-target"), backend(draft, name="tiny-draft")
-
-
 @pytest.mark.parametrize("gamma", [1, 4, 7])
-def test_greedy_sd_token_identical_to_hf_generate(pair, gamma):
-    target, draft = pair
+def test_greedy_sd_token_identical_to_hf_generate(backend_pair, gamma):
+    target, draft = backend_pair
     for seed in range(3):
         prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(seed))
-        with torch.inference_mode():
-            ref = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=30,
-                                        do_sample=False, min_new_tokens=30,
-                                        pad_token_id=0, eos_token_id=None)[0, 5:].tolist()
+        ref = hf_greedy_tokens(target.model, prompt, 30)
         out = speculative_decode(target, draft, prompt, 30, gamma=gamma, temperature=0.0, seed=seed)
         assert out.tokens == ref
         assert autoregressive_decode(target, prompt, 30, temperature=0.0).tokens == ref
         assert 0 < sum(out.metrics.accepted_per_step) < 30 or gamma == 1
 
 
-def _exact_first_two_law(model: HFModel, prompt, config, vocab: int = VOCAB):
-    """Law of (x_1, x_2) under the target's processed distribution, by enumerating x_1."""
-    model.reset()
-    with torch.inference_mode():
-        first = logits_to_probs(model.model(input_ids=prompt).logits[0, -1].double(), config)
-        law = np.zeros((vocab, vocab))
-        for tok in torch.nonzero(first).flatten().tolist():
-            ext = torch.cat([prompt, torch.tensor([[tok]])], dim=1)
-            second = logits_to_probs(model.model(input_ids=ext).logits[0, -1].double(), config)
-            law[tok] = first[tok].item() * second.numpy()
-    return law / law.sum()
-
-
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("gamma", [1, 3])
-def test_first_two_tokens_follow_target_law_with_top_k(pair, gamma):
-    target, draft = pair
+def test_first_two_tokens_follow_target_law_with_top_k(backend_pair, gamma):
+    target, draft = backend_pair
     config = SamplingConfig(1.0, top_k=4)
     prompt = torch.tensor([[3, 17, 5]])
-    law = _exact_first_two_law(target, prompt, config)
+    law = exact_first_two_law(target, prompt, config, VOCAB)
     runs = 1500
     samples = np.array([speculative_decode(target, draft, prompt, 2, gamma=gamma, temperature=1.0, top_k=4,
                                            seed=i).tokens for i in range(runs)])
@@ -95,16 +71,16 @@ class CheckedModel(LanguageModel):
         return logits
 
 
-def test_cache_rollback_leaves_no_stale_entries(pair):
-    target, draft = (CheckedModel(m) for m in pair)
+def test_cache_rollback_leaves_no_stale_entries(backend_pair):
+    target, draft = (CheckedModel(m) for m in backend_pair)
     out = speculative_decode(target, draft, [1, 2, 3, 4], 40, gamma=5, temperature=1.0, seed=0)
     assert out.metrics.rejections >= 3                     # rollbacks really happened
     assert target.checks > 5 and draft.checks > 20
     assert target.max_error < 1e-4 and draft.max_error < 1e-4
 
 
-def test_tree_forward_equals_separate_branch_forwards(pair):
-    target, _ = pair
+def test_tree_forward_equals_separate_branch_forwards(backend_pair):
+    target, _ = backend_pair
     prefix = [4, 8, 15, 16]
     tree_tokens = [23, 42, 7, 9, 11]           # two branches: 23→7→11 and 42→9
     parents = [3, 3, 4, 5, 6]                  # absolute cache slots: slot 3 is the last prefix token
@@ -124,8 +100,8 @@ def test_tree_forward_equals_separate_branch_forwards(pair):
     torch.testing.assert_close(nxt, ref, atol=1e-4, rtol=1e-4)
 
 
-def test_vocabulary_mismatch_is_reported(pair):
-    target, _ = pair
+def test_vocabulary_mismatch_is_reported(backend_pair):
+    target, _ = backend_pair
     other = HFModel(tiny_transformer(2, vocab=VOCAB + 3), name="other")
     with pytest.raises(SpecboundError, match="vocabulary mismatch"):
         speculative_decode(target, other, [1, 2], 4)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import chi_square_pvalue, encode, perturbed_copy, tiny_transformer
+from helpers import chi_square_pvalue, encode, exact_first_two_law, hf_greedy_tokens, tiny_pair, tiny_transformer
 from specbound.decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from specbound.errors import SpecboundError
 from specbound.models.hf import HFModel
@@ -22,7 +22,6 @@ from specbound.models.int8 import (
     read_int8_description,
     save_int8,
 )
-from test_hf_backend import _exact_first_two_law
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="fbgemm int8 kernels not available")
 VOCAB = 48
@@ -111,8 +110,8 @@ def test_activation_absmax_reads_every_linear_input():
 
 @pytest.fixture(scope="module")
 def int8_pair():
-    target = make_batch_invariant(quantize_int8(tiny_transformer(0, vocab=VOCAB)))
-    draft = quantize_int8(perturbed_copy(tiny_transformer(0, vocab=VOCAB), noise=0.35, seed=1))
+    target, draft = tiny_pair(0, VOCAB, noise=0.35, draft_seed=1)     # the draft is copied before quantising
+    target, draft = make_batch_invariant(quantize_int8(target)), quantize_int8(draft)
     return HFModel(target, name="tiny-int8-target"), HFModel(draft, name="tiny-int8-draft")
 
 
@@ -137,10 +136,7 @@ def test_greedy_sd_of_an_int8_target_is_its_own_greedy_decoding(int8_pair, kw):
     target, draft = int8_pair
     for seed in range(3):
         prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(seed))
-        with torch.inference_mode():
-            ref = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=30,
-                                        min_new_tokens=30, do_sample=False, pad_token_id=0,
-                                        eos_token_id=None)[0, 5:].tolist()
+        ref = hf_greedy_tokens(target.model, prompt, 30)
         assert autoregressive_decode(target, prompt, 30, temperature=0.0).tokens == ref
         out = speculative_decode(target, draft, prompt, 30, temperature=0.0, seed=seed, **kw)
         assert out.tokens == ref
@@ -148,6 +144,7 @@ def test_greedy_sd_of_an_int8_target_is_its_own_greedy_decoding(int8_pair, kw):
             assert sum(out.metrics.accepted_per_step) > 0
 
 
+@pytest.mark.montecarlo
 @pytest.mark.slow
 @pytest.mark.parametrize("config", [SamplingConfig(1.0, top_k=4), SamplingConfig(0.8, top_p=0.8)])
 def test_int8_target_law_at_positive_temperature(int8_pair, config):
@@ -155,7 +152,7 @@ def test_int8_target_law_at_positive_temperature(int8_pair, config):
     test rejects the draft decoding alone (a sampler whose law is biased away from the target's)."""
     target, draft = int8_pair
     prompt = torch.tensor([[3, 17, 5]])
-    law = _exact_first_two_law(target, prompt, config)
+    law = exact_first_two_law(target, prompt, config, VOCAB)
     kw = dict(temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
     runs = 1500
     sd = np.array([speculative_decode(target, draft, prompt, 2, gamma=2, seed=i, **kw).tokens for i in range(runs)])

@@ -22,20 +22,9 @@ DRIVER = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import torch
     torch.set_num_threads(1)
-    from helpers import perturbed_copy, tiny_transformer
+    from helpers import CharTokenizer, tiny_pair
     from specbound.models import loading
     from specbound.models.hf import HFModel
-
-    class CharTokenizer:
-        eos_token_id = None
-        chat_template = None
-        def __call__(self, text, return_tensors=None, add_special_tokens=True):
-            ids = [[1 + ord(c) % 47 for c in text]]
-            return type("Enc", (), {{"input_ids": torch.tensor(ids)}})()
-        def decode(self, ids, skip_special_tokens=True):
-            return "".join(chr(97 + i % 26) for i in ids)
-        def get_vocab(self):
-            return {{str(i): i for i in range(48)}}
 
     class SlowHF(HFModel):
         def forward(self, tokens, keep_logits=None):
@@ -45,9 +34,9 @@ DRIVER = textwrap.dedent("""
             time.sleep(0.05)
             return super().forward_tree(tokens, parents)
 
-    base = tiny_transformer(0)
+    base, draft_model = tiny_pair(0, noise=0.5, draft_seed=1)
     target = SlowHF(base, CharTokenizer(), name="tiny-target")
-    draft = HFModel(perturbed_copy(base, 0.5, seed=1), CharTokenizer(), name="tiny-draft")
+    draft = HFModel(draft_model, CharTokenizer(), name="tiny-draft")
     loading.load_pair = lambda *a, **k: (target, draft)
     from specbound.cli import main
     sys.exit(main(sys.argv[1:]))

@@ -18,6 +18,7 @@ from helpers import chi_square_pvalue, encode
 from specbound.decoding import SamplingConfig, logits_to_probs, speculative_decode
 from specbound.errors import ModelNotAvailable, SpecboundError
 
+pytestmark = pytest.mark.llamacpp          # needs the compiled llama-cpp-python binding
 pytest.importorskip("gguf")
 pytest.importorskip("llama_cpp")
 
@@ -510,6 +511,7 @@ def _exact_first_two_law(model, prompt, config):
     return law / law.sum()
 
 
+@pytest.mark.montecarlo
 @pytest.mark.slow
 def test_first_two_tokens_follow_the_target_law_with_top_k(target, draft):
     """χ² of (x1, x2) over 2000 speculative runs (γ = 2, T = 1, top-k = 4) against the exact law.

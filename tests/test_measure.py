@@ -4,17 +4,13 @@ import heapq
 import numpy as np
 import pytest
 
+from helpers import chain_pair
 from specbound.decoding import SamplingConfig
 from specbound.models import ChainModel
 from specbound.theory import MarkovChain
 
 CAPACITIES = (1, 2, 4, 8)
 CONTEXTS = [[0, 1], [2, 3, 4], [1], [4, 0, 2, 2]]
-
-
-def _pair():
-    target = MarkovChain.random(5, seed=2, concentration=0.3)
-    return target, target.perturbed(0.1, seed=3)
 
 
 def _brute_force(target: MarkovChain, draft: MarkovChain, contexts, capacities, temperature):
@@ -46,7 +42,7 @@ def _brute_force(target: MarkovChain, draft: MarkovChain, contexts, capacities, 
 def test_dynamic_tree_values_equal_brute_force(temperature):
     from specbound.measure.drafter_values import dynamic_tree_values
 
-    target, draft = _pair()
+    target, draft = chain_pair(2, 5, concentration=0.3, noise=0.1, draft_seed=3)
     values, widths = dynamic_tree_values(ChainModel(target), ChainModel(draft), CONTEXTS, CAPACITIES,
                                          SamplingConfig(temperature), seed=0)
     want_values, want_widths = _brute_force(target, draft, CONTEXTS, CAPACITIES, temperature)

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import chi_square_pvalue, encode
+from helpers import chi_square_pvalue, encode, exact_first_two_law
 from specbound.decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from specbound.errors import SpecboundError
 
+pytestmark = pytest.mark.llamacpp          # needs the compiled llama-cpp-python binding
 pytest.importorskip("gguf")
 pytest.importorskip("llama_cpp")
 
@@ -20,7 +21,6 @@ from specbound.models.hf import HFModel  # noqa: E402
 from specbound.models.int8 import quantize_int8  # noqa: E402
 from specbound.models.llamacpp import LlamaCppModel  # noqa: E402
 from specbound.models.loading import check_same_tokenizer  # noqa: E402
-from test_hf_backend import _exact_first_two_law  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,7 @@ def test_greedy_sd_with_a_llamacpp_draft_is_the_torch_targets_greedy(files, draf
     assert accepted > 0                     # the noisy copy agrees often: drafts were really accepted
 
 
+@pytest.mark.montecarlo
 @pytest.mark.slow
 def test_sampled_sd_with_a_llamacpp_draft_follows_the_torch_targets_law(files, draft):
     """χ² of (x1, x2) over 1500 runs against the int8 torch target's exact law (p > 1e-3); the draft
@@ -67,7 +68,7 @@ def test_sampled_sd_with_a_llamacpp_draft_follows_the_torch_targets_law(files, d
     config = SamplingConfig(1.0, top_k=6)
     prompt = torch.tensor([[1, 60, 70, 80]])
     vocab = target.vocab_size
-    law = _exact_first_two_law(target, prompt, config, vocab=vocab)
+    law = exact_first_two_law(target, prompt, config, vocab=vocab)
     runs = 1500
     sd = np.array([speculative_decode(target, draft, prompt, 2, gamma=2, temperature=1.0, top_k=6, seed=i).tokens
                    for i in range(runs)])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
+from helpers import DelegatingModel, chain_models, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import ChainDrafter, DynamicTreeDrafter, SamplingConfig, Speculator, speculative_decode
 from specbound.decoding.costs import (
     CostMeasurement, CostModel, cost_key, costs_file, load_or_measure_costs, read_cost_cache,
@@ -80,13 +80,8 @@ def _flat(k):
     return 2e-3 * float(np.interp(k, (1, 2, 4, 8, 16, 32, 64), FLAT))
 
 
-def _chain_pair(seed=3, states=6, concentration=0.3, noise=0.2):
-    target = MarkovChain.random(states, seed=seed, concentration=concentration)
-    return ChainModel(target), ChainModel(target.perturbed(noise, seed=seed + 1))
-
-
 def test_good_draft_and_flat_costs_draft_long_bad_draft_and_steep_costs_go_plain():
-    tm, dm = _chain_pair(noise=0.05)
+    tm, dm = chain_models(3, 6, concentration=0.3, noise=0.05, draft_seed=4)
     res = Speculator(tm, ChainDrafter(dm, SamplingConfig(0.0), DraftBudget(CostModel(_measurement(FLAT)))),
                      generator=make_generator(0)).run([1], 200)
     assert res.metrics.plain_steps == 0 and res.metrics.tau > 4
@@ -103,7 +98,7 @@ def test_good_draft_and_flat_costs_draft_long_bad_draft_and_steep_costs_go_plain
 def test_a_busy_calibration_cannot_keep_decoding_plain():
     # the cached profile says k=2 costs 2.7x k=1 (taken on a busy CPU); the run itself sees flat costs.
     # Online correction must take over at the first probe.
-    tm, dm = _chain_pair(noise=0.05)
+    tm, dm = chain_models(3, 6, concentration=0.3, noise=0.05, draft_seed=4)
     budget = DraftBudget(CostModel(_measurement([_steep(k) for k in (1, 2, 4, 8, 16, 32, 64)], [2e-4] * 7)))
     res = Speculator(SleepyModel(tm, _flat), ChainDrafter(SleepyModel(dm, lambda k: 2e-4), SamplingConfig(0.0), budget),
                      generator=make_generator(0)).run([1], 300)
@@ -113,7 +108,7 @@ def test_a_busy_calibration_cannot_keep_decoding_plain():
 
 def test_stale_cached_profile_is_dropped_and_bad_cost_files_are_repaired(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path))
-    target, draft = _chain_pair()
+    target, draft = chain_models(3, 6, concentration=0.3, noise=0.2, draft_seed=4)
     target.info = ModelInfo(backend="chain", identity="t" * 8)
     draft.info = ModelInfo(backend="chain", identity="d" * 8)
     target.prefill([1, 2])
@@ -156,7 +151,7 @@ def test_stale_cached_profile_is_dropped_and_bad_cost_files_are_repaired(tmp_pat
 
 def test_models_without_identity_never_write_the_cost_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path))
-    target, draft = _chain_pair()
+    target, draft = chain_models(3, 6, concentration=0.3, noise=0.2, draft_seed=4)
     target.prefill([1])
     draft.prefill([1])
     assert cost_key(target, draft) is None
@@ -164,9 +159,10 @@ def test_models_without_identity_never_write_the_cost_cache(tmp_path, monkeypatc
     assert not costs_file().exists()
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("kind", ["chain", "tree"])
 def test_auto_sized_drafting_is_lossless(kind):
-    tm, dm = _chain_pair(seed=5, states=4, concentration=1.0, noise=0.5)
+    tm, dm = chain_models(5, 4, concentration=1.0, noise=0.5, draft_seed=6)
     ar = speculative_decode(tm, dm, [0, 2], 40, temperature=0.0, gamma=1)
     kwargs = dict(gamma="auto") if kind == "chain" else dict(tree="auto")
     assert speculative_decode(tm, dm, [0, 2], 40, temperature=0.0, **kwargs).tokens == ar.tokens

@@ -6,8 +6,9 @@ import time
 import numpy as np
 import pytest
 
+from helpers import chain_pair
 from specbound.cli import main
-from specbound.theory import MarkovChain, expected_rejections
+from specbound.theory import expected_rejections
 from specbound.theory.distributions import tv
 from specbound.theory.rejections import batch_expected_rejections, batch_rejections_limit
 from specbound.theory.tradeoff import pareto_front
@@ -38,17 +39,13 @@ def test_quick_run_writes_every_file_fast(quick_run):
     assert results["table1"]["status"] == "skipped" and "--skip-llm" in results["table1"]["note"]
 
 
-def _fig2_pair(chain):
-    target = MarkovChain.random(chain["states"], horizon=chain["horizon"], concentration=chain["concentration"],
-                                seed=chain["target_seed"])
-    draft = target.perturbed(chain["draft_noise"], seed=chain["draft_seed"])
-    return target, draft
-
-
 def test_fig2_exact_values_are_the_theory_functions_of_the_generated_chain(quick_run):
     _, results, _ = quick_run
     f2 = results["fig2"]
-    target, draft = _fig2_pair(f2["chain"])
+    chain = f2["chain"]                                  # the chain as results.json describes it
+    target, draft = chain_pair(chain["target_seed"], chain["states"], horizon=chain["horizon"],
+                               concentration=chain["concentration"], noise=chain["draft_noise"],
+                               draft_seed=chain["draft_seed"])
     horizon = f2["chain"]["horizon"]
     assert (f2["chain"]["states"], horizon) == (7, 50)
     rows = f2["rows"]
@@ -69,6 +66,7 @@ def test_fig2_exact_values_are_the_theory_functions_of_the_generated_chain(quick
     assert curve["drafts"] == list(range(1, 21))
 
 
+@pytest.mark.montecarlo
 def test_fig2_monte_carlo_within_four_standard_errors(quick_run):
     _, results, _ = quick_run
     f2 = results["fig2"]

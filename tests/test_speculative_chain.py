@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
+from helpers import DelegatingModel, chain_models, chain_pair, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import (
     ChainDrafter, DraftTree, SamplingConfig, Speculator, autoregressive_decode, logits_to_probs, speculative_decode,
 )
@@ -17,12 +17,6 @@ from specbound.theory import MarkovChain, expected_rejections, rejection_based_e
 P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome is deterministic
 
 
-def _pair(seed, states=4, horizon=None, noise=0.6, concentration=1.0):
-    target = MarkovChain.random(states, horizon=horizon, concentration=concentration, seed=seed)
-    draft = target.perturbed(noise, seed=seed + 1000)
-    return target, draft
-
-
 def _first_tokens(decode, runs, length=3, context=0):
     out = np.empty((runs, length), dtype=np.int64)
     for i in range(runs):
@@ -31,10 +25,11 @@ def _first_tokens(decode, runs, length=3, context=0):
 
 
 # ------------------------------------------------------------------ Thm 1 by Monte Carlo
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("seed", [11, 12])
 def test_thm1_exact_matches_engine_monte_carlo(seed):
     horizon, runs = 10, 5000
-    target, draft = _pair(seed, states=5, horizon=horizon, concentration=0.5)
+    target, draft = chain_pair(seed, states=5, horizon=horizon, concentration=0.5, noise=0.6)
     tm, dm = ChainModel(target), ChainModel(draft)
     initial = target.sample(0, size=runs, seed=seed)[:, 0]           # x_0 ~ initial law
     rejections = np.array([
@@ -48,7 +43,7 @@ def test_thm1_exact_matches_engine_monte_carlo(seed):
 
 
 def test_horizon_mode_calls_equal_rejections_plus_final_round():
-    target, draft = _pair(3, states=5, horizon=12)
+    target, draft = chain_pair(3, states=5, horizon=12, noise=0.6)
     res = speculative_decode(ChainModel(target), ChainModel(draft), [0], 12, gamma=None, seed=0)
     m = res.metrics
     last_round_rejected = m.accepted_per_step[-1] < m.drafted_per_step[-1]
@@ -66,9 +61,10 @@ class ScaledAcceptance(AcceptanceRule):
         return super().acceptance(target=target, draft=draft) * (0.25 + 0.75 * target)
 
 
+@pytest.mark.montecarlo
 def test_thm2_family_member_is_unbiased_and_rejects_more_than_sd():
     horizon, runs = 6, 5000
-    target, draft = _pair(21, states=3, horizon=horizon, noise=0.5)
+    target, draft = chain_pair(21, states=3, horizon=horizon, noise=0.5)
     mats_t, mats_d = target.stack(horizon), draft.stack(horizon)
     accept = standard_acceptance(target=mats_t, draft=mats_d) * (0.25 + 0.75 * mats_t)
     exact = rejection_based_expected_rejections(target=target, draft=draft, accept=accept, horizon=horizon)
@@ -97,7 +93,7 @@ SETTINGS = [
 
 
 def _law_and_samples(drafter_cls, setting, runs=5000, seed=31):
-    target, draft = _pair(seed, states=4, noise=0.7, concentration=1.0)
+    target, draft = chain_pair(seed, states=4, noise=0.7, concentration=1.0)
     tm, dm = ChainModel(target), ChainModel(draft)
     gamma = setting.get("gamma")
     config = SamplingConfig(setting["temperature"], setting.get("top_k"), setting.get("top_p"))
@@ -108,6 +104,7 @@ def _law_and_samples(drafter_cls, setting, runs=5000, seed=31):
     return law, _first_tokens(decode, runs)
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_output_law_of_first_three_tokens_is_target_law(setting):
     law, samples = _law_and_samples(ChainDrafter, setting)
@@ -130,15 +127,17 @@ class RawDraftProbsDrafter(ChainDrafter):
         return DraftTree.chain(tokens, torch.stack(raw))
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("setting", [SETTINGS[0], SETTINGS[3]], ids=["T=0.7", "top_k=2"])
 def test_chi_square_catches_the_raw_draft_probs_mutant(setting):
     law, samples = _law_and_samples(RawDraftProbsDrafter, setting)
     assert chi_square_pvalue(encode(samples, 4), law) < P_MIN
 
 
+@pytest.mark.montecarlo
 def test_chi_square_has_power_against_a_slightly_wrong_law():
     # the test's power on its own: sampling from a 15% mixture of target and draft rows is detected
-    target, draft = _pair(31, states=4, noise=0.7)
+    target, draft = chain_pair(31, states=4, noise=0.7)
     mixed = MarkovChain(target.initial, 0.85 * target.transitions + 0.15 * draft.transitions)
     rng = np.random.default_rng(0)
     x, steps = np.zeros(5000, dtype=np.int64), []
@@ -153,7 +152,7 @@ def test_chi_square_has_power_against_a_slightly_wrong_law():
 @pytest.mark.parametrize("gamma", [1, 3, None])
 def test_greedy_speculative_equals_target_greedy(gamma):
     for seed in range(5):
-        target, draft = _pair(seed, states=6, noise=0.8)
+        target, draft = chain_pair(seed, states=6, noise=0.8)
         tm, dm = ChainModel(target), ChainModel(draft)
         sd = speculative_decode(tm, dm, [seed % 6, 2], 25, gamma=gamma, temperature=0.0, seed=seed)
         ar = autoregressive_decode(tm, [seed % 6, 2], 25, temperature=0.0)
@@ -179,8 +178,7 @@ class BrokenModel(DelegatingModel):
 
 @pytest.fixture
 def models():
-    target, draft = _pair(0, states=4)
-    return ChainModel(target), ChainModel(draft)
+    return chain_models(0, states=4, noise=0.6)
 
 
 def test_bad_input_errors(models):
@@ -216,7 +214,7 @@ def test_chain_model_refuses_positions_beyond_horizon():
 
 
 def test_decoding_stops_right_after_a_stop_token():
-    target, draft = _pair(7, states=5, noise=0.5)
+    target, draft = chain_pair(7, states=5, noise=0.5)
     tm, dm = ChainModel(target), ChainModel(draft)
     full = speculative_decode(tm, dm, [0], 60, gamma=4, temperature=0.0).tokens
     stop = full[10]
@@ -227,7 +225,7 @@ def test_decoding_stops_right_after_a_stop_token():
 
 
 def test_relaxed_decoding_honours_stop_tokens():
-    target, draft = _pair(8, states=5, noise=0.5)
+    target, draft = chain_pair(8, states=5, noise=0.5)
     tm, dm = ChainModel(target), ChainModel(draft)
     full = speculative_decode(tm, dm, [0], 40, gamma=3, seed=1, relaxation=("opt", 0.1)).tokens
     stop = full[5]

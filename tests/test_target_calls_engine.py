@@ -18,6 +18,7 @@ TARGET = MarkovChain.random(4, horizon=HORIZON, concentration=1.0, seed=8)
 DRAFT = TARGET.perturbed(0.7, seed=1008)
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("drafts, design, runs", [(1, "B", 3000), (2, "B", 3000), (4, "B", 3000), (3, "A", 2000)])
 def test_expected_target_calls_match_engine_monte_carlo(drafts, design, runs):
     target_model, draft_model = ChainModel(TARGET), ChainModel(DRAFT)

@@ -43,6 +43,7 @@ def test_entropy_and_surprisal_moments_hand_values():
     assert entropy(np.ones(8) / 8) == pytest.approx(np.log(8))
 
 
+@pytest.mark.montecarlo
 def test_chain_marginals_match_sampling():
     chain = MarkovChain.random(4, horizon=6, concentration=0.7, seed=1)
     n = 40_000

@@ -95,6 +95,7 @@ def _sample_one_step(draft, accept, resample, size, rng):
     return np.where(keep, drafted, recovered)
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])
 def test_monte_carlo_opt_sampler_bias(eps):
     rng = np.random.default_rng(7)

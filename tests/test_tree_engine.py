@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import DelegatingModel, chi_square_pvalue, encode, processed_chain
+from helpers import DelegatingModel, chain_pair, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import (
     DraftTree, DynamicTreeDrafter, OracleTreeDrafter, SampledTreeDrafter, SamplingConfig, Speculator,
     autoregressive_decode, speculative_decode,
@@ -27,12 +27,6 @@ from test_batch_engine import no_residual_update
 
 P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome is deterministic
 RUNS = 3000           # decodes per χ² test (4 states, 3 tokens: 64 cells, ≈ 47 expected per cell)
-
-
-def _pair(seed, states=4, horizon=None, noise=0.7, concentration=1.0):
-    target = MarkovChain.random(states, horizon=horizon, concentration=concentration, seed=seed)
-    draft = target.perturbed(noise, seed=seed + 1000)
-    return target, draft
 
 
 # ------------------------------------------------------------------ tree forward = per-branch forwards
@@ -136,7 +130,7 @@ DRAFTERS = {
 
 
 def _law_and_samples(drafter, config, runs=RUNS, capacity=6, seed=31):
-    target, draft = _pair(seed)
+    target, draft = chain_pair(seed)
     tm, dm = ChainModel(target), ChainModel(draft)
     law = processed_chain(target, config).sequence_law(0, 3)
     samples = np.empty((runs, 3), dtype=np.int64)
@@ -146,6 +140,7 @@ def _law_and_samples(drafter, config, runs=RUNS, capacity=6, seed=31):
     return law, samples
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("setting", SETTINGS, ids=SETTINGS)
 @pytest.mark.parametrize("drafter", ["dynamic", "sampled"])
 def test_first_three_tokens_have_target_law(drafter, setting):
@@ -154,6 +149,7 @@ def test_first_three_tokens_have_target_law(drafter, setting):
     assert chi_square_pvalue(encode(samples, 4), law) > P_MIN
 
 
+@pytest.mark.montecarlo
 def test_oracle_and_chain_drafters_are_lossless_too():
     config = SETTINGS["T=0.8,top_k=2"]
     for drafter in ("oracle", "chain"):
@@ -161,6 +157,7 @@ def test_oracle_and_chain_drafters_are_lossless_too():
         assert chi_square_pvalue(encode(samples, 4), law) > P_MIN, drafter
 
 
+@pytest.mark.montecarlo
 def test_verification_rules_alone_give_the_target_law():
     # pure functions: a depth-2 tree, first two emitted tokens (accepted path + next token)
     gen, runs = make_generator(5), 8000
@@ -192,6 +189,7 @@ def _first_two(tokens, verdict: Verdict, target, gen):
     return out[:2]
 
 
+@pytest.mark.montecarlo
 def test_chi_square_catches_the_no_residual_update_mutant(monkeypatch):
     # multi-draft verification that tests every sibling against the *target* law (no residual update
     # after a rejected sibling), recovering from the one-draft residual: planted in the shared core
@@ -205,7 +203,7 @@ def test_chi_square_catches_the_no_residual_update_mutant(monkeypatch):
 def test_greedy_tree_speculation_equals_target_greedy(drafter):
     calls = 0
     for seed in range(4):
-        target, draft = _pair(seed, states=6, noise=0.8)
+        target, draft = chain_pair(seed, states=6, noise=0.8)
         tm, dm = ChainModel(target), ChainModel(draft)
         sd = speculative_decode(tm, dm, [seed % 6, 2], 30, tree=5, tree_drafter=drafter, temperature=0.0, seed=seed)
         ar = autoregressive_decode(tm, [seed % 6, 2], 30, temperature=0.0)
@@ -217,7 +215,7 @@ def test_greedy_tree_speculation_equals_target_greedy(drafter):
 
 
 def test_finite_horizon_chain_decodes_to_its_horizon():
-    target, draft = _pair(7, states=4, horizon=12)
+    target, draft = chain_pair(7, states=4, horizon=12)
     tm, dm = ChainModel(target), ChainModel(draft)
     for drafter in ("dynamic", "sampled", "oracle"):
         res = speculative_decode(tm, dm, [0], 12, tree=8, tree_drafter=drafter, seed=1)
@@ -230,6 +228,7 @@ def _chain_next_probs(chain: MarkovChain, context: int):
     return lambda path: chain.transitions[path[-1] if path else context]
 
 
+@pytest.mark.montecarlo
 @pytest.mark.parametrize("capacity", [1, 4, 16])
 def test_oracle_mean_accepted_length_matches_exact_optimal_tree_value(capacity):
     chain = MarkovChain.random(6, concentration=0.5, seed=8)          # stationary, T = 1
@@ -271,7 +270,7 @@ class CountingModel(DelegatingModel):
 
 @pytest.mark.parametrize("drafter", ["dynamic", "sampled", "chain"])
 def test_one_target_forward_tree_per_round_and_committed_cache(drafter):
-    target, draft = _pair(3, states=5)
+    target, draft = chain_pair(3, states=5)
     tm = CountingModel(ChainModel(target))
     dm = ChainModel(draft)
     config = SamplingConfig(1.0)
@@ -289,7 +288,7 @@ def test_one_target_forward_tree_per_round_and_committed_cache(drafter):
 
 # ------------------------------------------------------------------ bad input
 def test_bad_input_errors():
-    target, draft = _pair(0, states=4)
+    target, draft = chain_pair(0, states=4)
     tm, dm = ChainModel(target), ChainModel(draft)
     other = ChainModel(MarkovChain.random(5, seed=0))
     probs = torch.full((3, 4), 0.25)
@@ -325,7 +324,7 @@ def test_bad_input_errors():
 
 
 def test_callback_streams_every_round():
-    target, draft = _pair(2, states=4)
+    target, draft = chain_pair(2, states=4)
     chunks = []
     res = speculative_decode(ChainModel(target), ChainModel(draft), [0], 25, tree=4, seed=3, callback=chunks.append)
     assert [t for c in chunks for t in c] == res.tokens and len(chunks) == res.metrics.target_calls

@@ -5,35 +5,22 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import HF_BACKENDS, chi_square_pvalue, encode, perturbed_copy, tiny_transformer
+from helpers import chi_square_pvalue, encode, exact_first_two_law, hf_greedy_tokens
 from specbound.decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from specbound.models.hf import HFModel
-from test_hf_backend import _exact_first_two_law
 from test_tree_engine import assert_tree_forward_matches_branches, random_tree
 
 VOCAB = 48
 
 
-@pytest.fixture(scope="module", params=HF_BACKENDS)
-def pair(request):
-    """The tiny pair behind both HF backends: the model's own forward (DynamicCache) and the static cache."""
-    target = tiny_transformer(0, vocab=VOCAB)
-    draft = perturbed_copy(target, noise=0.35, seed=1)
-    backend = HF_BACKENDS[request.param]
-    return backend(target, name="tiny-target"), backend(draft, name="tiny-draft")
-
-
 @pytest.mark.parametrize("drafter", ["dynamic", "sampled", "chain", "oracle"])
-def test_greedy_tree_sd_token_identical_to_target_greedy(pair, drafter):
-    target, draft = pair
+def test_greedy_tree_sd_token_identical_to_target_greedy(backend_pair, drafter):
+    target, draft = backend_pair
     capacity, budget = 6, 30
     accepted = 0
     for seed in range(3):
         prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(seed))
-        with torch.inference_mode():
-            ref = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=budget,
-                                        min_new_tokens=budget, do_sample=False, pad_token_id=0,
-                                        eos_token_id=None)[0, 5:].tolist()
+        ref = hf_greedy_tokens(target.model, prompt, budget)
         assert autoregressive_decode(target, prompt, budget, temperature=0.0).tokens == ref
         out = speculative_decode(target, draft, prompt, budget, tree=capacity, tree_drafter=drafter,
                                  temperature=0.0, seed=seed)
@@ -48,19 +35,20 @@ def test_greedy_tree_sd_token_identical_to_target_greedy(pair, drafter):
     assert accepted > 0                       # verification accepted drafts somewhere
 
 
-def test_dynamic_tree_first_two_tokens_follow_target_law_with_top_k(pair):
-    target, draft = pair
+@pytest.mark.montecarlo
+def test_dynamic_tree_first_two_tokens_follow_target_law_with_top_k(backend_pair):
+    target, draft = backend_pair
     config = SamplingConfig(1.0, top_k=4)
     prompt = torch.tensor([[3, 17, 5]])
-    law = _exact_first_two_law(target, prompt, config)
+    law = exact_first_two_law(target, prompt, config, VOCAB)
     runs = 1500
     samples = np.array([speculative_decode(target, draft, prompt, 2, tree=5, tree_drafter="dynamic",
                                            temperature=1.0, top_k=4, seed=i).tokens for i in range(runs)])
     assert chi_square_pvalue(encode(samples, VOCAB), law) > 1e-3
 
 
-def test_tree_mask_forward_equals_separate_branch_forwards(pair):
-    target, _ = pair
+def test_tree_mask_forward_equals_separate_branch_forwards(backend_pair):
+    target, _ = backend_pair
     for seed in range(3):
         tokens, parents = random_tree(VOCAB, 9, seed)
         assert_tree_forward_matches_branches(target, [4, 8, 15, 16], tokens, parents, atol=1e-4, rtol=1e-4)

@@ -101,6 +101,7 @@ def test_tree_value_is_sum_of_path_probabilities_and_cached():
 
 
 # ------------------------------------------------------------------------------------ T1
+@pytest.mark.montecarlo
 def test_T1_monte_carlo_mean_of_X_equals_tree_value():
     next_probs = random_environment(4, seed=11)
     rng = np.random.default_rng(5)
