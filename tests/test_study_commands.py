@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from helpers import perturbed_copy, tiny_transformer
+from helpers import tiny_pair
 from specbound.cli import main
 from specbound.experiments import batched, bench
 from specbound.models.hf import HFModel
@@ -25,13 +25,8 @@ class _Tokenizer:
         return {"input_ids": ids}
 
 
-def _tiny_pair():
-    target = tiny_transformer(0, vocab=48)
-    return target, perturbed_copy(target, 0.3, seed=1)
-
-
 def _models():
-    target_model, draft_model = _tiny_pair()
+    target_model, draft_model = tiny_pair(0, 48, noise=0.3, draft_seed=1)
     tokenizer = _Tokenizer()
     return {"target": HFModel(target_model, tokenizer, name="tiny-target"),
             "draft_int8": HFModel(quantize_int8(copy.deepcopy(draft_model)), tokenizer, name="tiny-draft-int8")}
@@ -67,7 +62,7 @@ def test_bench_batch_command_runs_the_study(tmp_path, monkeypatch, capsys):
     from specbound.models import loading
     from specbound.models.static import StaticCacheHFModel
 
-    target_model, draft_model = _tiny_pair()
+    target_model, draft_model = tiny_pair(0, 48, noise=0.3, draft_seed=1)
     pair = (StaticCacheHFModel(target_model, _Tokenizer(), name="tiny-target"),
             StaticCacheHFModel(draft_model, _Tokenizer(), name="tiny-draft"))
     monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pair)
