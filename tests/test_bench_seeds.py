@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 
+from helpers import CharTokenizer
 from specbound.assets.prompts import Prompt
 from specbound.experiments import bench
 from specbound.experiments.bench import (BenchConfig, BenchResult, BenchRow, MethodRun, _pooled_log_ratio,
@@ -14,6 +15,7 @@ from specbound.experiments.bench import (BenchConfig, BenchResult, BenchRow, Met
 from specbound.experiments.bench_report import bench_markdown
 from specbound.measure.journal import PartialResults
 from specbound.experiments.report import from_jsonable, to_jsonable
+from specbound.seeds import derive_seed
 
 
 def _run(tps: float, tau: float = 1.0) -> MethodRun:
@@ -59,6 +61,7 @@ def test_no_difference_gives_an_interval_containing_1():
         assert pooled["low"] < 1.0 < pooled["high"], pooled
 
 
+@pytest.mark.montecarlo
 def test_the_pooled_interval_covers_the_truth_about_95_percent_of_the_time():
     """Prompt-to-prompt spread as well as seed noise: the clustered SE and the t quantile keep coverage."""
     rng = random.Random(1)
@@ -73,6 +76,7 @@ def test_the_pooled_interval_covers_the_truth_about_95_percent_of_the_time():
     assert 0.90 <= hits / trials <= 0.99, hits / trials
 
 
+@pytest.mark.montecarlo
 def test_the_delta_method_se_matches_the_spread_of_the_ratio_of_means():
     rng = random.Random(2)
     ratios, ses = [], []
@@ -116,15 +120,6 @@ def test_summarise_adds_the_paired_section_only_with_several_seeds():
     assert "paired" not in summarise([r for r in rows if r.seed_index == 0])["sampled"]
 
 
-class _Tok:
-    eos_token_id = 0
-    chat_template = None
-
-    def __call__(self, text, return_tensors="pt"):
-        import torch
-        return type("Enc", (), {"input_ids": torch.tensor([[1 + ord(c) % 47 for c in text]])})()
-
-
 @pytest.fixture
 def fake_methods(monkeypatch):
     """run_method replaced by a recorder: (method, mode, seed) of every call, a speed that depends on the seed."""
@@ -143,7 +138,7 @@ def fake_methods(monkeypatch):
 
 
 def test_seeds_are_paired_rotated_and_journaled_per_seed(fake_methods, tmp_path):
-    models = {"target": type("T", (), {"tokenizer": _Tok(), "name": "fake"})()}
+    models = {"target": type("T", (), {"tokenizer": CharTokenizer(eos_token_id=0), "name": "fake"})()}
     prompts = [Prompt(id="p0", text="def f(x):", kind="code"), Prompt(id="p1", text="return x", kind="code")]
     methods = ("hf-generate", "hf-assisted-int8", "specbound-chain")
     config = BenchConfig("tiny", 0, 2, 8, ("greedy", "sampled"), methods, seed=5, seeds=3)
@@ -152,11 +147,14 @@ def test_seeds_are_paired_rotated_and_journaled_per_seed(fake_methods, tmp_path)
     assert len(result.rows) == 2 * (1 + 3)                          # greedy once, sampled three times
     assert set(journal.units) == {"p0|greedy", "p1|greedy"} | {f"p{i}|sampled|{s}" for i in (0, 1) for s in range(3)}
     sampled = [c for c in fake_methods if c[1] == "sampled"]
+    unit_seeds = set()
     for i in (0, 1):
         for s in range(3):
             unit = sampled[(i * 3 + s) * 3:(i * 3 + s + 1) * 3]
-            assert {seed for _, _, seed in unit} == {5 + 1000 * s + i}          # every method, the same seed
+            assert {seed for _, _, seed in unit} == {derive_seed(5, "bench", f"p{i}", s)}   # every method, the same seed
             assert [m for m, _, _ in unit] == list(methods[(i + s) % 3:] + methods[:(i + s) % 3])
+            unit_seeds.add(unit[0][2])
+    assert len(unit_seeds) == 6                                     # every other unit draws its own stream
     paired = result.summary["sampled"]["paired"]
     assert "greedy" in result.summary and "paired" not in result.summary["greedy"]
     pooled = paired["comparisons"]["specbound-chain"]["vs_generate"]["pooled"]
@@ -174,13 +172,13 @@ def test_seeds_are_paired_rotated_and_journaled_per_seed(fake_methods, tmp_path)
     assert "p1 #2" in text and " ± " in text
 
 
-def test_one_seed_keeps_the_old_keys_and_seeds(fake_methods, tmp_path):
-    models = {"target": type("T", (), {"tokenizer": _Tok(), "name": "fake"})()}
+def test_one_seed_keeps_the_old_keys_and_draws_repeat_zero(fake_methods, tmp_path):
+    models = {"target": type("T", (), {"tokenizer": CharTokenizer(eos_token_id=0), "name": "fake"})()}
     prompts = [Prompt(id="p0", text="def f(x):", kind="code"), Prompt(id="p1", text="return x", kind="code")]
     config = BenchConfig("tiny", 0, 2, 8, ("sampled",), ("hf-generate", "specbound-chain"), seed=5)
     journal = PartialResults(None, {})
     result = run_bench(models, prompts, config, journal, progress=False)
     assert [r.seed_index for r in result.rows] == [0, 0]
-    assert {seed for _, _, seed in fake_methods} == {5, 6}           # seed + prompt index, as before
+    assert {seed for _, _, seed in fake_methods} == {derive_seed(5, "bench", p, 0) for p in ("p0", "p1")}
     assert "paired" not in result.summary["sampled"]
     assert "95% CI" not in bench_markdown(result)
