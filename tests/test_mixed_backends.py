@@ -41,7 +41,8 @@ def _torch_target(path, int8: bool) -> HFModel:
 
 @pytest.fixture(scope="module")
 def draft(files):
-    return LlamaCppModel(files["draft"], n_ctx=512, identity=None, name="tiny-llamacpp-draft")
+    # ONE thread, as in test_llamacpp: two OpenMP threads on a shared 2-core machine spin (429 s vs 12 s seen)
+    return LlamaCppModel(files["draft"], n_ctx=512, identity=None, name="tiny-llamacpp-draft", n_threads=1)
 
 
 @pytest.mark.parametrize("int8", [False, True])

@@ -62,10 +62,11 @@ def run(args) -> int:
     at_least(args, 0, "offset", "threads", "seed")
     modes = name_list(args.modes, MODES, "--modes")
     methods = name_list(args.methods, BENCH_METHODS, "--methods")
-    if any(m in LLAMACPP_METHODS for m in methods) and not (args.verify_cost or args.contention):
+    if any(m in LLAMACPP_METHODS for m in methods) and not (args.verify_cost or args.contention or args.batch):
         from ..models.llamacpp import load_llama_cpp
 
         load_llama_cpp()                    # not installed: the error names the install command, before loading
+        # (--batch decodes the torch models; its llama.cpp peer row is added only where the binding is installed)
     out = check_output_dir(args.out)
     if sum(map(bool, (args.verify_cost, args.contention, args.batch))) > 1:
         raise SpecboundError("--verify-cost, --contention and --batch are separate benchmarks: pick one")
