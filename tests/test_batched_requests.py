@@ -279,3 +279,30 @@ def test_bench_batch_study_on_tiny_models(hf_pair):
     assert result.alpha is not None
     text = markdown(result, "specbound bench --batch 1,2,4")
     assert "| 4 | sd γ=2 |" in text and "batch_throughput" in text
+    # per-request τ against the same request alone: a fixed γ at greedy drafts and accepts as alone
+    from specbound.experiments.batched import tau_against_alone
+
+    against = {(a.batch, a.method): a for a in tau_against_alone(result)}
+    assert set(against) == {(B, m) for B in (2, 4) for m in ("sd γ=auto", "sd γ=2")}
+    fixed = against[(4, "sd γ=2")]
+    assert fixed.requests == 4 and fixed.low == fixed.high == 1.0 and fixed.drafted_per_round == fixed.drafted_alone
+    assert "τ batch / τ alone" in text
+
+
+def test_tau_against_alone_pairs_each_request_with_itself():
+    """Hand-made runs: request 'a' has τ 4 alone and 2 in the batch, 'b' 2 alone and 3 in the batch."""
+    from specbound.experiments.batched import BatchedConfig, BatchedResult, tau_against_alone
+
+    def req(prompt, tau, drafted):
+        return {"prompt": prompt, "tau": tau, "drafted": drafted, "tokens": []}
+
+    runs = [{"B": 1, "method": "sd γ=auto", "requests": [req("a", 4.0, 5.0)]},
+            {"B": 1, "method": "sd γ=auto", "requests": [req("b", 2.0, 3.0)]},
+            {"B": 1, "method": "plain", "requests": [req("a", 1.0, 0.0)]},
+            {"B": 2, "method": "sd γ=auto", "requests": [req("b", 3.0, 1.0), req("a", 2.0, 1.0)]},
+            {"B": 2, "method": "plain", "requests": [req("a", 1.0, 0.0), req("b", 1.0, 0.0)]}]
+    result = BatchedResult(BatchedConfig(batches=(1, 2)), "t", "d", ["a", "b"], 1, {}, None, [], runs)
+    (row,) = tau_against_alone(result)
+    assert (row.batch, row.method, row.requests) == (2, "sd γ=auto", 2)
+    assert row.mean == 1.0 and row.low == 0.5 and row.high == 1.5      # (2/4 + 3/2) / 2
+    assert row.drafted_per_round == 1.0 and row.drafted_alone == 4.0

@@ -28,7 +28,7 @@ from ..theory.speedup import batch_throughput
 from .bench import PairSpec
 from .report import fmt, md_table
 
-__all__ = ["BatchedConfig", "BatchedResult", "markdown", "run", "run_batched"]
+__all__ = ["BatchedConfig", "BatchedResult", "TauAgainstAlone", "markdown", "run", "run_batched", "tau_against_alone"]
 
 LLAMACPP = "llama.cpp plain, one request after another"
 
@@ -74,6 +74,43 @@ class BatchedResult:
     rows: list[BatchedRow]
     runs: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+
+
+@dataclass
+class TauAgainstAlone:
+    """One speculative method at one batch size: each request's τ in its batch over the τ of the same
+    request decoded alone by the same method (the first batch size, normally B = 1)."""
+
+    batch: int
+    method: str
+    mean: float
+    low: float
+    high: float
+    requests: int
+    drafted_per_round: float           # mean over the requests, in the batch
+    drafted_alone: float               # mean over the same requests, alone
+
+
+def tau_against_alone(result: BatchedResult) -> list[TauAgainstAlone]:
+    """Per-request τ against the same request alone (issue: does batching throw τ away?). With a fixed
+    γ at greedy every request drafts and accepts exactly as alone (ratio 1); with γ = auto the batch
+    shares one draft length per round, so its τ follows what that policy chose for the batch."""
+    first = result.config.batches[0]
+    alone = {(r["method"], q["prompt"]): q for r in result.runs if r["B"] == first for q in r["requests"]}
+    out = []
+    for B in result.config.batches[1:]:
+        methods = dict.fromkeys(r["method"] for r in result.runs if r["B"] == B and r["method"].startswith("sd "))
+        for method in methods:
+            pairs = [(q, alone[(method, q["prompt"])]) for r in result.runs if r["B"] == B and r["method"] == method
+                     for q in r["requests"] if (method, q["prompt"]) in alone]
+            if not pairs:
+                continue
+            ratios = [q["tau"] / a["tau"] for q, a in pairs]
+            out.append(TauAgainstAlone(batch=B, method=method, mean=statistics.fmean(ratios), low=min(ratios),
+                                       high=max(ratios), requests=len(pairs),
+                                       drafted_per_round=statistics.fmean(q["drafted"] for q, _ in pairs),
+                                       drafted_alone=statistics.fmean(a["drafted"] for _, a in pairs)))
+    return out
 
 
 def _hf_generate(target, group_ids, tokens):
@@ -234,6 +271,17 @@ def markdown(result: BatchedResult, command: str = "") -> str:
                           f"{r.identical}/{r.requests}"])
     lines += [md_table(["B", "method", "tok/s total", "group range", "× plain", "decode tok/s", "× plain (decode)",
                         "predicted decode tok/s", "latency s", "τ", "drafted/round", "identical"], table), ""]
+    against = tau_against_alone(result)
+    if against:
+        lines += [f"Per-request τ in the batch against the same request decoded alone by the same method "
+                  f"(B = {c.batches[0]}): mean, lowest and highest ratio over the requests, and the drafted tokens "
+                  "per round in the batch and alone. A fixed γ drafts and accepts exactly as alone at greedy; "
+                  "γ = auto shares one draft length per round across the batch (BatchDraftLength).", "",
+                  md_table(["B", "method", "τ batch / τ alone (mean)", "lowest", "highest", "requests",
+                            "drafted/round in batch", "drafted/round alone"],
+                           [[str(a.batch), a.method, f"{a.mean:.3f}", f"{a.low:.3f}", f"{a.high:.3f}",
+                             str(a.requests), fmt(a.drafted_per_round, 2), fmt(a.drafted_alone, 2)]
+                            for a in against]), ""]
     cs = result.costs
     at = {k: (t, d) for k, t, d in zip(cs["ks"], cs["target_ms"], cs["draft_ms"])}
     lines += ["Cost curve measured in this run (median of 5): " + ", ".join(
