@@ -157,8 +157,11 @@ class BatchDraftLength:
     * the pair's cost curves t, d, rescaled by the median ratio of the batch's measured passes to the
       curve (rows' passes cost more than one row's; ``passes`` returns the scheduler's records), at the
       batch's current size (``live`` returns the number of requests still decoding).
-    The model leaves out each round's Python work, which grows with B (the requests' sampling and
-    verification share one interpreter), so the model's γ* is then checked against what the batch
+    * each round's work outside the passes (the requests' sampling, verification and scheduling share
+      one interpreter, so it grows with B and with γ): w_plain seconds for a plain round and c₀ + c₁·γ
+      for a drafted one, fitted to the timed rounds' seconds minus their passes' predicted cost at the
+      batch's size (c₁ once two chain lengths have been timed); without it the model over-rates drafting.
+    The model's γ* is then checked against what the batch
     actually does: rounds are timed, and γ* and plain decoding (γ = 0; or γ = 1 when γ* = 0) each get
     ``trial`` rounds (a round that switches between drafting and plain is not timed: its draft reads
     the backlog of plain rounds); afterwards the one with more tokens per second in its recent rounds
@@ -183,6 +186,7 @@ class BatchDraftLength:
         self._tokens: dict[int, float] = {}
         self._live_at: dict[int, int] = {}
         self.rounds: dict[int, list[tuple[float, float]]] = {}   # γ -> [(tokens, seconds)] of timed rounds
+        self.timed: list[tuple[int, int, float]] = []             # (γ, live requests, seconds) of timed rounds
         self._probes, self._next_probe = 0, self.explore_every
         self._lock = threading.Lock()
 
@@ -210,7 +214,30 @@ class BatchDraftLength:
         rt, rd = self._ratio(1, t), self._ratio(0, d)
         verify = CostProfile(tuple(t.ks), tuple(rt * s for s in t.seconds))
         draft = CostProfile(tuple(d.ks), tuple(rd * s for s in d.seconds))
-        return best_batch_gamma(self.alpha(), max(int(self.live()), 1), draft, verify, self.max_gamma)[0]
+        live = max(int(self.live()), 1)
+        return best_batch_gamma(self.alpha(), live, draft, verify, self.max_gamma,
+                                self.round_overhead(live, draft, verify))[0]
+
+    def round_overhead(self, live: int, draft, verify) -> tuple[float, float, float]:
+        """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
+        c₀ + c₁·γ — from the recent timed rounds at this batch size (means; c₁ by least squares once two
+        chain lengths have been timed; a term not yet measured is 0)."""
+        by_gamma: dict[int, list[float]] = {}
+        for g, b, s in self.timed:
+            if b == live:
+                by_gamma.setdefault(g, []).append(s)
+        recent = [(g, s - (g * float(draft(live)) if g else 0.0) - float(verify(live * (g + 1))))
+                  for g, times in by_gamma.items() for s in times[-self.window:]]
+        plain = [w for g, w in recent if g == 0]
+        drafted = [(g, w) for g, w in recent if g > 0]
+        w_plain = max(float(np.mean(plain)), 0.0) if plain else 0.0
+        if not drafted:
+            return w_plain, 0.0, 0.0
+        gammas = np.array([g for g, _ in drafted], dtype=float)
+        work = np.array([w for _, w in drafted])
+        c1 = max(float(np.polyfit(gammas, work, 1)[0]), 0.0) if len(set(gammas.tolist())) > 1 else 0.0
+        c0 = max(float(np.mean(work - c1 * gammas)), 0.0)
+        return w_plain, c0, c1
 
     def _rate(self, gamma: int) -> float | None:
         done = self.rounds.get(gamma, [])[-self.window:]
@@ -232,6 +259,9 @@ class BatchDraftLength:
                 if not switched:      # the first drafted round after plain ones also reads the backlog: a switch cost
                     tokens = self._tokens.get(last, 0.0) if g > 0 else float(self._live_at.get(last, 1))
                     self.rounds.setdefault(g, []).append((tokens, now - self._started[last]))
+                    self.timed.append((g, self._live_at.get(last, 1), now - self._started[last]))
+                    if len(self.timed) > 2048:
+                        del self.timed[:1024]
             best = self.model_gamma()
             other = 0 if best > 0 else 1
             untried = [g for g in (best, other) if self._rate(g) is None]

@@ -182,19 +182,27 @@ def speed_of_light_speedup(expected_accepted_by_capacity: dict[int, float], veri
 
 
 # ------------------------------------------------------------------------------------------ batches
-def batch_throughput(alpha, gamma: int, batch: int, draft_cost: CostProfile, verify_cost: CostProfile) -> float:
+def batch_throughput(alpha, gamma: int, batch: int, draft_cost: CostProfile, verify_cost: CostProfile,
+                     round_overhead: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
     """Total tokens per second of ``batch`` requests decoded together, each drafting a chain of γ
-    (acceptance α per depth) every round: B · E[tokens per round](α, γ) / (γ · d(B) + t(B·(γ + 1))).
+    (acceptance α per depth) every round: B · E[tokens per round](α, γ) / (γ · d(B) + t(B·(γ + 1)) + w(γ)).
 
     Every target pass reads all B requests' γ + 1 tokens (one shared pass, cost t(B(γ+1))); every
     draft depth is one shared draft pass over B tokens (d(B)). γ = 0 is plain batched decoding,
     B / t(B). The tokens per round are Leviathan et al. 2023's 1 + Σ_i Π_{j≤i} α_j
     (:func:`expected_tokens_per_step`); symmetric requests are assumed (docs/design.md, batched requests).
+    ``round_overhead`` (w_plain, c₀, c₁): seconds per round outside the passes (sampling, verification
+    and scheduling of the B rows): w(0) = w_plain for a plain round, w(γ) = c₀ + c₁·γ for a drafted
+    one; zero by default (the passes alone).
     """
     batch = int(batch)
     if batch < 1:
         raise SpecboundError(f"batch must be >= 1, got {batch}")
-    seconds = gamma * float(draft_cost(batch)) + float(verify_cost(batch * (gamma + 1)))
+    plain, c0, c1 = (float(c) for c in round_overhead)
+    if min(plain, c0, c1) < 0:
+        raise SpecboundError(f"round_overhead must be >= 0, got {round_overhead}")
+    work = c0 + c1 * gamma if gamma > 0 else plain
+    seconds = gamma * float(draft_cost(batch)) + float(verify_cost(batch * (gamma + 1))) + work
     return batch * expected_tokens_per_step(alpha, gamma) / seconds
 
 
@@ -214,12 +222,13 @@ def shared_pass_throughput(tokens_per_round, batch: int, draft_seconds, tokens_r
 
 
 def best_batch_gamma(alpha, batch: int, draft_cost: CostProfile, verify_cost: CostProfile,
-                     max_gamma: int = 16) -> tuple[int, float]:
+                     max_gamma: int = 16,
+                     round_overhead: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> tuple[int, float]:
     """The chain length γ (0 = plain batched decoding) with the largest :func:`batch_throughput` at
     batch size B, and that throughput: the row a per-batch-size table of draft lengths holds."""
     if max_gamma < 0:
         raise SpecboundError("max_gamma must be >= 0")
-    rates = [batch_throughput(alpha, g, batch, draft_cost, verify_cost) for g in range(max_gamma + 1)]
+    rates = [batch_throughput(alpha, g, batch, draft_cost, verify_cost, round_overhead) for g in range(max_gamma + 1)]
     g = int(np.argmax(rates))
     return g, float(rates[g])
 
