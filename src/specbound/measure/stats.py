@@ -3,20 +3,9 @@ intervals, running averages and log-slopes. NumPy only; NaN where a quantity is 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import numpy as np
 
-__all__ = ["MeanSE", "fit_log_slope", "mean_se", "ratio_se", "running_checkpoints", "wilson_interval", "z_score"]
-
-
-@dataclass
-class MeanSE:
-    """A Monte Carlo mean, its standard error and the number of samples."""
-
-    mean: float
-    se: float
-    runs: int
+__all__ = ["fit_log_slope", "mean_se", "ratio_se", "running_checkpoints", "wilson_interval", "z_score"]
 
 
 def mean_se(values) -> tuple[float, float]:
