@@ -185,8 +185,7 @@ class BatchDraftLength:
         self._started: dict[int, float] = {}
         self._tokens: dict[int, float] = {}
         self._live_at: dict[int, int] = {}
-        self.rounds: dict[int, list[tuple[float, float]]] = {}   # γ -> [(tokens, seconds)] of timed rounds
-        self.timed: list[tuple[int, int, float]] = []             # (γ, live requests, seconds) of timed rounds
+        self.rounds: dict[int, list[tuple[float, float, int]]] = {}   # γ -> [(tokens, seconds, live requests)] timed
         self._probes, self._next_probe = 0, self.explore_every
         self._lock = threading.Lock()
 
@@ -222,12 +221,8 @@ class BatchDraftLength:
         """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
         c₀ + c₁·γ — from the recent timed rounds at this batch size (means; c₁ by least squares once two
         chain lengths have been timed; a term not yet measured is 0)."""
-        by_gamma: dict[int, list[float]] = {}
-        for g, b, s in self.timed:
-            if b == live:
-                by_gamma.setdefault(g, []).append(s)
         recent = [(g, s - (g * float(draft(live)) if g else 0.0) - float(verify(live * (g + 1))))
-                  for g, times in by_gamma.items() for s in times[-self.window:]]
+                  for g, done in self.rounds.items() for s in [s for _, s, b in done if b == live][-self.window:]]
         plain = [w for g, w in recent if g == 0]
         drafted = [(g, w) for g, w in recent if g > 0]
         w_plain = max(float(np.mean(plain)), 0.0) if plain else 0.0
@@ -243,7 +238,7 @@ class BatchDraftLength:
         done = self.rounds.get(gamma, [])[-self.window:]
         if len(done) < self.trial:
             return None
-        return sum(t for t, _ in done) / max(sum(s for _, s in done), 1e-9)
+        return sum(t for t, _, _ in done) / max(sum(s for _, s, _ in done), 1e-9)
 
     def gamma_for_round(self, round_index: int) -> int:
         import time
@@ -258,10 +253,7 @@ class BatchDraftLength:
                 switched = last - 1 in self._gammas and (self._gammas[last - 1] > 0) != (g > 0)
                 if not switched:      # the first drafted round after plain ones also reads the backlog: a switch cost
                     tokens = self._tokens.get(last, 0.0) if g > 0 else float(self._live_at.get(last, 1))
-                    self.rounds.setdefault(g, []).append((tokens, now - self._started[last]))
-                    self.timed.append((g, self._live_at.get(last, 1), now - self._started[last]))
-                    if len(self.timed) > 2048:
-                        del self.timed[:1024]
+                    self.rounds.setdefault(g, []).append((tokens, now - self._started[last], self._live_at.get(last, 1)))
             best = self.model_gamma()
             other = 0 if best > 0 else 1
             untried = [g for g in (best, other) if self._rate(g) is None]
