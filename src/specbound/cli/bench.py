@@ -139,15 +139,13 @@ def _step(status, after: str):
 
 
 def _verify_cost(args, out) -> int:
-    import json
     import time
 
-    from ..experiments.report import write_text
+    from ..experiments.report import write_json
     from ..experiments.verify_cost import markdown, run_verify_cost
 
     report = run_verify_cost(args.target, repeats=args.repeats)
-    path = out / f"verify-cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    write_text(path, json.dumps(report, indent=2))
+    path = write_json(report, out / f"verify-cost-{time.strftime('%Y%m%d-%H%M%S')}.json")
     print(markdown(report))
     print(f"wrote {path}", file=sys.stderr)
     return 0
