@@ -3,7 +3,10 @@ with the theory functions (Yin et al. 2024, Thm 1, Thm 3 / Prop 1, closed forms,
 import json
 import time
 
+from types import SimpleNamespace
+
 import numpy as np
+
 import pytest
 
 from helpers import chain_pair
@@ -127,14 +130,70 @@ def test_fig4_opt_points_on_the_pareto_line_and_uno_above(quick_run):
             assert abs(core["opt"]["rejection"] - rej[i]) <= 4 * core["opt"]["rejection_se"] + 1e-12
 
 
-def test_missing_models_skip_the_llm_table_with_a_note(monkeypatch):
-    from specbound.assets import models
+@pytest.mark.parametrize("precision", ["int8", "fp32"])
+def test_missing_models_skip_the_llm_table_with_a_note(monkeypatch, precision):
+    from specbound.assets import convert, gguf, models
     from specbound.experiments import yin, yin_table1
 
     monkeypatch.setattr(models, "is_converted", lambda name: False)
-    out = yin_table1.run_table1(yin.Settings(quick=True))
+    monkeypatch.setattr(convert, "check_converted", lambda name, **kw: SimpleNamespace(usable=False))
+    monkeypatch.setattr(gguf, "is_installed", lambda model: False)
+    out = yin_table1.run_table1(yin.Settings(quick=True, target_precision=precision))
     assert out.status == "skipped"
-    assert "not available" in out.note and "qwen2.5-coder-1.5b" in out.note
+    assert "not available" in out.note and "qwen2.5-coder-1.5b" in out.note and precision in out.note
+
+
+def test_sign_test_p_by_hand():
+    from specbound.measure.stats import sign_test_p
+
+    assert sign_test_p(8, 2) == pytest.approx(2 * (1 + 10 + 45) / 1024)      # 2·P(Bin(10, ½) ≤ 2)
+    assert sign_test_p(2, 8) == sign_test_p(8, 2)
+    assert sign_test_p(5, 5) == 1.0 and sign_test_p(0, 0) == 1.0
+    assert sign_test_p(0, 6) == pytest.approx(2 / 64)
+
+
+def test_cluster_bootstrap_covers_a_clustered_mean_where_the_naive_interval_does_not():
+    """20 prompts × 3 samples whose pair scores share a strong prompt effect: the prompt bootstrap's
+    95% interval covers the true win rate ½ in ≥ 88% of 300 replications (binomial SE of a 95% rate
+    over 300 is 1.3%, so 88% is > 5 SE below), while Wilson over the 60 pairs as if independent
+    covers clearly less (< 88%)."""
+    from specbound.measure.stats import cluster_bootstrap_interval, wilson_interval
+
+    rng = np.random.default_rng(5)
+    boot_cover = wilson_cover = 0
+    reps = 300
+    for r in range(reps):
+        lean = rng.choice([0.05, 0.95], size=20)                      # each prompt strongly favours one side
+        points = np.array([rng.random() < lean[i] for i in range(20) for _ in range(3)], dtype=float)
+        clusters = [i for i in range(20) for _ in range(3)]
+        lo, hi = cluster_bootstrap_interval(points, clusters, resamples=1000, seed=r)
+        boot_cover += lo <= 0.5 <= hi
+        wlo, whi = wilson_interval(points.sum(), points.size)
+        wilson_cover += wlo <= 0.5 <= whi
+    assert boot_cover / reps >= 0.88
+    assert wilson_cover / reps < 0.88
+
+
+def test_cluster_mean_se_counts_clusters_not_values():
+    from specbound.measure.stats import cluster_mean_se, mean_se
+
+    values = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    clusters = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    m, se = cluster_mean_se(values, clusters)
+    assert m == pytest.approx(0.5)
+    assert se == pytest.approx(mean_se([1, 0, 1, 0])[1])       # four cluster means, equal sizes
+    assert se > mean_se(values)[1]
+    with pytest.raises(ValueError):
+        cluster_mean_se([1.0], [0, 1])
+
+
+def test_table1_verdict_needs_both_intervals_on_one_side():
+    from specbound.experiments.yin_table1 import verdict
+
+    assert verdict((0.55, 0.8), (0.52, 0.85), 60) == "OPT > UNO at 95%"
+    assert verdict((0.2, 0.45), (0.1, 0.48), 60) == "UNO > OPT at 95%"
+    assert verdict((0.55, 0.8), (0.45, 0.85), 60) == "no difference detectable at n = 60"
+    assert verdict((0.55, 0.8), (float("nan"), float("nan")), 60).startswith("no difference")
 
 
 def test_wilson_interval():

@@ -115,29 +115,45 @@ def _table1_section(t1: Table1) -> list[str]:
                    [[f"{ra.eps:g}", fmt(ra.rejection, 4), f"{fmt(ra.opt_bias, 4)} / {fmt(ra.uno_bias, 4)}",
                      fmt(rr.rejection, 4), f"{fmt(rr.opt_bias, 4)} / {fmt(rr.uno_bias, 4)}"]
                     for ra, rr in zip(cal.forms["additive"], cal.forms["ratio"])]), ""]
+    verdicts = []
+    for r in t1.rows:
+        dlo, dhi = r.win_rate_decisive_ci95
+        dec = f"{fmt(r.win_rate_decisive, 2)} [{fmt(dlo, 2)}, {fmt(dhi, 2)}]" if r.wins + r.losses else "–"
+        blo, bhi = r.win_rate_bootstrap_ci95
+        verdicts.append([r.form, f"{r.eps:g}", f"{r.pairs} ({r.prompts})", f"{r.wins}/{r.losses}/{r.ties}",
+                         f"{r.win_rate:.2f} [{r.win_rate_ci95[0]:.2f}, {r.win_rate_ci95[1]:.2f}]",
+                         f"[{fmt(blo, 2)}, {fmt(bhi, 2)}]", dec, fmt(r.sign_test_p, 3), f"**{r.verdict}**"])
+    decided = sum(r.verdict.startswith(("OPT >", "UNO >")) for r in t1.rows)
+    L += ["### Verdicts\n",
+          f"The paper's claim: OPT's responses are preferred over UNO's (win rate > 50%) at every ε. Here "
+          f"{decided} of {len(t1.rows)} rows are decided at 95%.\n",
+          md_table(["form", "ε", "pairs (prompts)", "W/L/T", "win rate OPT (95% Wilson)",
+                    "95% bootstrap by prompt", "decisive win rate (Wilson)", "sign test p (decisive)", "verdict"],
+                   verdicts), "",
+          "Win rate counts ties (identical responses or equal scores) as ½. A row is decided only when both 95% "
+          "intervals — Wilson over pairs, and a percentile bootstrap that resamples whole prompts (the samples of one "
+          "prompt share it, so they are not independent) — lie on the same side of ½. The sign test uses the decisive "
+          "pairs only and treats pairs as independent (it ignores the prompt clustering; shown for reference).\n"]
     rows = []
     for r in t1.rows:
         o, u = r.opt, r.uno
-        dlo, dhi = r.win_rate_decisive_ci95
-        dec = f"{fmt(r.win_rate_decisive, 2)} [{fmt(dlo, 2)}, {fmt(dhi, 2)}]" if r.wins + r.losses else "–"
         rows.append([r.form, f"{r.eps:g}", str(r.pairs), pm(o.rejection_rate, o.rejection_rate_se),
                      pm(u.rejection_rate, u.rejection_rate_se), pm(*r.rejection_rate_diff_mean_se),
                      f"{fmt(o.exact_rejection_rate_visited)} / {fmt(u.exact_rejection_rate_visited)} "
                      f"({fmt(o.z_vs_exact, 1)}, {fmt(u.z_vs_exact, 1)})", pm(*o.bias_per_token_mean_se, 4),
-                     pm(*u.bias_per_token_mean_se, 4), f"{r.wins}/{r.losses}/{r.ties}",
-                     f"{r.win_rate:.2f} [{r.win_rate_ci95[0]:.2f}, {r.win_rate_ci95[1]:.2f}]", dec,
-                     pm(*r.loglik_diff_mean_se)])
-    L += [md_table(["form", "ε", "pairs", "rejection OPT", "rejection UNO", "paired diff OPT−UNO",
-                    "exact at visited prefixes OPT / UNO (z)", "bias/token OPT", "bias/token UNO", "W/L/T",
-                    "win rate OPT (95% Wilson)", "decisive win rate", "Δ loglik OPT−UNO"], rows), "",
+                     pm(*u.bias_per_token_mean_se, 4), pm(*r.loglik_diff_mean_se)])
+    L += ["### Rates and bias\n",
+          md_table(["form", "ε", "pairs", "rejection OPT", "rejection UNO", "paired diff OPT−UNO",
+                    "exact at visited prefixes OPT / UNO (z)", "bias/token OPT", "bias/token UNO",
+                    "Δ loglik OPT−UNO"], rows), "",
           "Rejection rate = rejected / verified drafted positions (pooled, SE by generation). *Exact at visited "
           "prefixes* = Σ over the verified positions of the exact rejection probability 1 − b(x) of the drafted token "
           "x given its prefix (`RoundRecord.accept_probs`, the laws the engine verified with: a martingale "
           "compensator, so measured and exact agree in expectation); z = (rejections − exact) / √Σ b(1−b). "
           "bias/token = `metrics.expected_bias` / new tokens (sum of exact one-step TV biases at verified "
-          "positions); win rate counts ties (identical responses or equal scores) as ½; the decisive win rate drops "
-          f"ties. Seconds: load {t1.seconds.get('load', 0):.0f}, calibration {t1.seconds.get('calibration', 0):.0f}, "
-          f"generation and scoring {t1.seconds.get('generation', 0):.0f} (torch threads {t1.torch_threads}).\n"]
+          f"positions). Seconds: load {t1.seconds.get('load', 0):.0f}, calibration "
+          f"{t1.seconds.get('calibration', 0):.0f}, generation and scoring {t1.seconds.get('generation', 0):.0f} "
+          f"(torch threads {t1.torch_threads}).\n"]
     return L
 
 

@@ -1,7 +1,8 @@
 """`specbound reproduce yin`, Table 1 in kind: Decoding-OPT against Decoding-UNO on a real pair.
 
 The paper's Table 1 used pythia-70m/2.8b on Alpaca-Farm-Eval and a reward model / GPT-4 as judge.
-Here: the packaged Qwen2.5-Coder 1.5B target with its int8 0.5B draft on MT-Bench prompts at
+Here: the packaged Qwen2.5-Coder 1.5B target (int8 by default, ``Settings.target_precision``) with its
+int8 0.5B draft on MT-Bench prompts at
 ε ∈ {0.1, 0.2, 0.4, 0.8}; OPT and UNO share prompt, seed and ε (common random numbers); rejection
 rates, measured bias (``DecodeMetrics.expected_bias``) and a win rate judged by a PROXY available
 offline, the target's own mean log-likelihood of the response. Everything is read from the engine's
@@ -22,16 +23,18 @@ from ..theory.tradeoff import minimal_bias, over_acceptance, uno_bias
 from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import default_pair_status, laws_along, score_responses, torch_threads, truncate_at_stop
 from .report import Stage, note
-from ..measure.stats import mean_se, ratio_se, wilson_interval
+from ..measure.stats import cluster_bootstrap_interval, mean_se, ratio_se, sign_test_p, wilson_interval
 from ..seeds import derive_seed
 from .yin import Settings
 
-__all__ = ["Calibration", "Generation", "Table1", "Table1Row", "measure_table1", "run_table1"]
+__all__ = ["Calibration", "Generation", "Table1", "Table1Row", "measure_table1", "run_table1", "verdict"]
 
 #: Additive ε "saturates" when its smallest ε already removes more than this share of SD's rejections.
 SATURATION_SHARE = 0.75
 JUDGE = ("PROXY: target model's mean log-likelihood per token of the response given the prompt (responses "
-         "truncated after the first stop token); the paper used RM-Mistral-7B and GPT-4")
+         "truncated after the first stop token); the paper used RM-Mistral-7B and GPT-4. No reward model and no "
+         "model larger than the 1.5B target can be installed offline here (the packaged models are the 1.5B/0.5B "
+         "Qwen2.5-Coder pair, SmolLM2-135M and Gemma-3-270M), so no second judge is run")
 
 
 @dataclass
@@ -118,6 +121,10 @@ class Table1Row:
     theory: dict[str, float]
     opt: MethodStats
     uno: MethodStats
+    prompts: int = 0
+    win_rate_bootstrap_ci95: tuple[float, float] = (float("nan"), float("nan"))
+    sign_test_p: float = float("nan")
+    verdict: str = ""
 
 
 @dataclass
@@ -234,8 +241,23 @@ def _method_stats(group: list[Generation]) -> MethodStats:
                                      / max(1, np.sum([g.target_calls for g in group]))))
 
 
-def table_rows(generations: list[Generation], forms, table_eps, calibration: Calibration, stops) -> list[Table1Row]:
-    """Per (form, ε): paired OPT/UNO comparison (win rate with ties as ½, Wilson 95%), rates, bias."""
+def verdict(wilson: tuple[float, float], bootstrap: tuple[float, float], pairs: int) -> str:
+    """The row's verdict on the paper's claim "OPT is preferred over UNO": decided only when BOTH 95%
+    intervals of the win rate (Wilson over pairs; bootstrap over prompts, which keeps the samples of one
+    prompt together) lie on the same side of ½."""
+    bounds = [b for b in (*wilson, *bootstrap) if b is not None and math.isfinite(b)]
+    if len(bounds) == 4 and min(bounds) > 0.5:
+        return "OPT > UNO at 95%"
+    if len(bounds) == 4 and max(bounds) < 0.5:
+        return "UNO > OPT at 95%"
+    return f"no difference detectable at n = {pairs}"
+
+
+def table_rows(generations: list[Generation], forms, table_eps, calibration: Calibration, stops,
+               resamples: int = 4000, seed: int = 0) -> list[Table1Row]:
+    """Per (form, ε): paired OPT/UNO comparison (win rate with ties as ½; Wilson 95% over pairs, a
+    prompt-clustered bootstrap 95%, the exact sign test on the decisive pairs, and a :func:`verdict`),
+    rates, bias."""
     calib = {form: {r.eps: r for r in rows} for form, rows in calibration.forms.items()}
     rows = []
     for form in forms:
@@ -244,24 +266,30 @@ def table_rows(generations: list[Generation], forms, table_eps, calibration: Cal
             uno = {(g.prompt_index, g.sample): g for g in generations if g.form == form and g.eps == eps and g.method == "uno"}
             pairs = [(o, uno[(o.prompt_index, o.sample)]) for o in opt]
             wins = losses = ties = 0
-            diffs, rate_diffs = [], []
+            diffs, rate_diffs, points = [], [], []
             for o, u in pairs:
                 same = truncate_at_stop(o.tokens, stops) == truncate_at_stop(u.tokens, stops)
                 d = o.score - u.score
                 if same or abs(d) < 1e-9:
-                    ties += 1
+                    ties, point = ties + 1, 0.5
                 elif d > 0:
-                    wins += 1
+                    wins, point = wins + 1, 1.0
                 else:
-                    losses += 1
+                    losses, point = losses + 1, 0.0
+                points.append(point)
                 diffs.append(0.0 if same else d)
                 rate_diffs.append(o.rejections / max(o.verified, 1) - u.rejections / max(u.verified, 1))
             n, decisive = len(pairs), wins + losses
             c = calib[form]
+            wilson = wilson_interval(wins + 0.5 * ties, n)
+            boot = cluster_bootstrap_interval(points, [o.prompt_index for o, _ in pairs], resamples,
+                                              derive_seed(seed, "yin table1 bootstrap", form, eps)) if n else (
+                float("nan"), float("nan"))
             rows.append(Table1Row(
                 form=form, eps=eps, pairs=n, wins=wins, losses=losses, ties=ties,
                 win_rate=(wins + 0.5 * ties) / n if n else float("nan"),
-                win_rate_ci95=wilson_interval(wins + 0.5 * ties, n),
+                win_rate_ci95=wilson, win_rate_bootstrap_ci95=boot, sign_test_p=sign_test_p(wins, losses),
+                verdict=verdict(wilson, boot, n), prompts=len({o.prompt_index for o, _ in pairs}),
                 win_rate_decisive=wins / decisive if decisive else float("nan"),
                 win_rate_decisive_ci95=wilson_interval(wins, decisive) if decisive else (None, None),
                 loglik_diff_mean_se=mean_se(diffs), rejection_rate_diff_mean_se=mean_se(rate_diffs),
@@ -277,10 +305,8 @@ def _choose_forms(s: Settings, calibration: Calibration) -> tuple[list[str], str
         forms = ["additive", "ratio"]
     elif s.forms in ("additive", "ratio"):
         forms = [s.forms]
-    elif s.quick:
+    else:       # auto: one form, so every row gets the whole sample; a saturating form's rows would be ties
         forms = ["ratio" if saturates else "additive"]
-    else:
-        forms = ["additive", "ratio"] if saturates else ["additive"]
     share = calibration.additive_share_removed_at_smallest_eps
     return forms, (f"additive ε {'saturates' if saturates else 'does not saturate'}: at ε = {s.table_eps[0]:g} it "
                    f"already removes {100 * (share if share is not None else float('nan')):.0f}% of standard SD's "
@@ -331,7 +357,8 @@ def measure_table1(target, draft, prompt_names: list[str], prompts_ids: list[lis
         units_planned=len(units), units_done=len(done), budget_seconds=budget, budget_note=budget_note,
         samples_per_prompt=s.samples, tokens=s.tokens, gamma=s.gamma, eps=list(s.table_eps),
         seconds={"load": load_seconds, "calibration": calibration.seconds, "generation": gen_seconds},
-        torch_threads=_threads(), rows=table_rows(generations, forms, s.table_eps, calibration, stops),
+        torch_threads=_threads(),
+        rows=table_rows(generations, forms, s.table_eps, calibration, stops, s.bootstrap, s.seed),
         generations=generations, **common)
 
 
@@ -346,7 +373,7 @@ def run_table1(s: Settings, progress=None, journal: PartialResults | None = None
     missing, or loading exceeds the budget."""
     if s.skip_llm:
         return Table1("skipped", note="skipped (--skip-llm)")
-    ok, why = default_pair_status()
+    ok, why = default_pair_status(s.target_precision)
     if not ok:
         return Table1("skipped", note=why)
     from ..assets.prompts import format_prompt, load_prompts
@@ -358,7 +385,7 @@ def run_table1(s: Settings, progress=None, journal: PartialResults | None = None
     budget = s.llm_budget if s.llm_budget is not None else float("inf")
     with torch_threads(s.threads):
         try:
-            target, draft = load_pair(progress=False, draft_int8=True)
+            target, draft = load_pair(progress=False, draft_int8=True, target_precision=s.target_precision)
         except (ModelNotAvailable, ImportError, OSError) as exc:
             return Table1("skipped", note=f"real models could not be loaded ({type(exc).__name__}: {exc})")
         load_seconds = time.perf_counter() - t0

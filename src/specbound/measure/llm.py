@@ -17,21 +17,30 @@ __all__ = ["PromptContext", "default_pair_status", "encode_prompts", "laws_along
            "torch_threads", "tree_laws", "truncate_at_stop"]
 
 
-def default_pair_status() -> tuple[bool, str]:
-    """(available, note) for the default target/draft pair; never raises (so a study can skip its
-    real-model part with a note)."""
+def default_pair_status(precision: str = "fp32") -> tuple[bool, str]:
+    """(available, note) for the default target/draft pair at ``precision`` ("fp32": both fp32
+    conversions cached; "int8": both int8 conversions cached, or the packages installed so they can be
+    quantised from the GGUF files on first use); never raises (so a study can skip its real-model part
+    with a note)."""
     try:
         from ..assets import models as asset_models
+        from ..assets.catalog import get_packaged_model
+        from ..assets.convert import check_converted
+        from ..assets.gguf import is_installed
     except Exception as exc:  # noqa: BLE001 - e.g. transformers missing in a minimal environment
         return False, f"real-model stack not importable ({type(exc).__name__}: {exc})"
     try:
         names = (asset_models.DEFAULT_TARGET, asset_models.DEFAULT_DRAFT)
-        missing = [name for name in names if not asset_models.is_converted(name)]
+        if precision == "fp32":
+            missing = [name for name in names if not asset_models.is_converted(name)]
+        else:
+            missing = [name for name in names if not (check_converted(name, precision=precision).usable
+                                                      or is_installed(get_packaged_model(name)))]
     except Exception as exc:  # noqa: BLE001 - a damaged cache must not crash the toy parts
         return False, f"could not check the model cache ({type(exc).__name__}: {exc})"
     if missing:
-        return False, (f"real models not available on this machine (not converted: {', '.join(missing)}; run "
-                       "`python -m specbound.assets convert --install` to enable the real-model parts)")
+        return False, (f"real models not available on this machine (not converted at {precision}: "
+                       f"{', '.join(missing)}; run `specbound assets install` to enable the real-model parts)")
     return True, "ok"
 
 

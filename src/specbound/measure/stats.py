@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import numpy as np
 
-__all__ = ["fit_log_slope", "mean_se", "ratio_se", "running_checkpoints", "wilson_interval", "z_score"]
+__all__ = ["cluster_bootstrap_interval", "cluster_mean_se", "fit_log_slope", "mean_se", "ratio_se",
+           "running_checkpoints", "sign_test_p", "wilson_interval", "z_score"]
 
 
 def mean_se(values) -> tuple[float, float]:
@@ -40,6 +41,53 @@ def wilson_interval(successes: float, n: int, z: float = 1.959963984540054) -> t
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def cluster_bootstrap_interval(values, clusters, resamples: int = 4000, seed: int = 0,
+                               level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the mean of ``values`` when whole clusters (e.g. the samples of one prompt,
+    which share the prompt) are resampled with replacement; NaN for fewer than two clusters."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    keys = list(clusters)
+    if x.size != len(keys):
+        raise ValueError(f"{x.size} values but {len(keys)} cluster labels")
+    groups = {}
+    for v, k in zip(x, keys):
+        groups.setdefault(k, []).append(v)
+    if len(groups) < 2:
+        return float("nan"), float("nan")
+    sums = np.array([sum(g) for g in groups.values()])
+    sizes = np.array([len(g) for g in groups.values()], dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(groups), size=(int(resamples), len(groups)))
+    means = sums[picks].sum(axis=1) / sizes[picks].sum(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def cluster_mean_se(values, clusters) -> tuple[float, float]:
+    """(mean, standard error) of ``values`` with the clusters as independent units (the ratio
+    estimator Σ cluster sums / Σ cluster sizes, so correlated values within a cluster are not counted
+    as independent); SE NaN for fewer than two clusters."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    keys = list(clusters)
+    if x.size != len(keys):
+        raise ValueError(f"{x.size} values but {len(keys)} cluster labels")
+    groups = {}
+    for v, k in zip(x, keys):
+        groups.setdefault(k, []).append(v)
+    return ratio_se([sum(g) for g in groups.values()], [len(g) for g in groups.values()])
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Two-sided exact sign test: the probability, with wins and losses equally likely, of a split at
+    least as uneven as (wins, losses); ties are left out before calling. 1.0 when there is no pair."""
+    n = int(wins) + int(losses)
+    if n == 0:
+        return 1.0
+    k = min(int(wins), int(losses))
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+    return float(min(1.0, 2.0 * tail))
 
 
 def z_score(mean: float, exact: float, se: float) -> float:

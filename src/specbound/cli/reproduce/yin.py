@@ -21,22 +21,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument("--skip-llm", action="store_true", help="skip the real-model Table 1")
     parser.add_argument("--prompts", type=int, default=None, help="number of MT-Bench prompts for Table 1 "
-                                                                  "(default 8; quick 2)")
+                                                                  "(default 20; quick 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the chains, Monte Carlo and sampling")
-    parser.add_argument("--samples", type=int, default=None, help="paired samples per prompt and ε (default 2)")
+    parser.add_argument("--samples", type=int, default=None, help="paired samples per prompt and ε (default 3)")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per response (default 32; quick 16)")
     parser.add_argument("--gamma", type=int, default=None, help="draft length per round in Table 1 (default 5)")
     parser.add_argument("--forms", choices=("auto", "additive", "ratio", "both"), default=None,
-                        help="over-acceptance form(s) for Table 1: auto = additive, plus ratio if additive "
-                             "saturates (default)")
+                        help="over-acceptance form(s) for Table 1: auto = ratio if additive saturates (its rows "
+                             "would be ties), else additive (default)")
+    parser.add_argument("--target-precision", choices=("int8", "fp32"), default=None,
+                        help="the target Table 1 runs: int8 (default; the quantised target, 3-4x cheaper) or fp32")
     parser.add_argument("--mc-runs", type=int, default=None, help="NumPy Monte Carlo runs for Fig. 2a/b")
     parser.add_argument("--engine-runs", type=int, default=None, help="decoding-engine runs per Fig. 2 setting")
     parser.add_argument("--prompt-set", default=None, help="prompt set for Table 1 (default mtbench)")
     parser.add_argument("--llm-minutes", type=float, default=None,
-                        help="time budget of Table 1 in minutes (default 24; quick: what is left of 105 s). "
+                        help="time budget of Table 1 in minutes (default 50; quick: what is left of 105 s). "
                              "Whole (prompt, sample) units are dropped when it would be exceeded")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for the real models (default 1: "
-                                                                  "the CPU is shared; use 2 on an idle machine)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the real models (default: "
+                                                                  "every core; give 1 when the CPU is shared)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted Table 1 in --out from its partial results (same options)")
 
@@ -59,7 +61,7 @@ def settings_from_args(args):
         args.quick, seed=args.seed, out=args.out, skip_llm=args.skip_llm, prompts=args.prompts, samples=args.samples,
         tokens=args.tokens, gamma=args.gamma, mc_runs=args.mc_runs, engine_runs=args.engine_runs,
         llm_budget=None if args.llm_minutes is None else 60.0 * args.llm_minutes, threads=args.threads,
-        forms=args.forms, prompt_set=args.prompt_set)
+        forms=args.forms, prompt_set=args.prompt_set, target_precision=args.target_precision)
 
 
 def run(args) -> int:
@@ -77,7 +79,8 @@ def run(args) -> int:
     journal = None
     if not s.skip_llm:
         fingerprint = {"study": "reproduce yin table 1", "settings": to_jsonable(s)}
-        for volatile in ("out", "llm_budget", "quick_total_seconds"):     # none changes what a unit measures
+        # none of these changes what a unit measures
+        for volatile in ("out", "llm_budget", "quick_total_seconds", "bootstrap"):
             fingerprint["settings"].pop(volatile, None)
         journal = PartialResults(Path(out_dir) / PARTIAL_NAME, fingerprint, resume=args.resume)
     console = Console(stderr=True)
