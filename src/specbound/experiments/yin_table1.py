@@ -261,7 +261,7 @@ def table_rows(generations: list[Generation], forms, table_eps, calibration: Cal
     calib = {form: {r.eps: r for r in rows} for form, rows in calibration.forms.items()}
     rows = []
     for form in forms:
-        for eps in table_eps:
+        for k, eps in enumerate(table_eps):
             opt = [g for g in generations if g.form == form and g.eps == eps and g.method == "opt"]
             uno = {(g.prompt_index, g.sample): g for g in generations if g.form == form and g.eps == eps and g.method == "uno"}
             pairs = [(o, uno[(o.prompt_index, o.sample)]) for o in opt]
@@ -283,7 +283,7 @@ def table_rows(generations: list[Generation], forms, table_eps, calibration: Cal
             c = calib[form]
             wilson = wilson_interval(wins + 0.5 * ties, n)
             boot = cluster_bootstrap_interval(points, [o.prompt_index for o, _ in pairs], resamples,
-                                              derive_seed(seed, "yin table1 bootstrap", form, eps)) if n else (
+                                              derive_seed(seed, "yin table1 bootstrap", form, k)) if n else (
                 float("nan"), float("nan"))
             rows.append(Table1Row(
                 form=form, eps=eps, pairs=n, wins=wins, losses=losses, ties=ties,
