@@ -220,3 +220,74 @@ def test_exact_drafter_values_match_their_definitions(pair):
     overlap = np.minimum(p, q).sum()
     se = np.std(chain_first, ddof=1) / math.sqrt(len(chain_first))
     assert abs(np.mean(chain_first) - overlap) <= 4 * se + 1e-9
+
+
+# ------------------------------------------------------------------ oracle precision and slope, claims
+def _positions(samples):
+    from specbound.measure.oracle import OraclePosition
+
+    return [OraclePosition(reads=1, laws=1, seconds=0.0, root_entropy=0.0, root_top=1.0, depth=1, sample=s, position=k)
+            for k, s in enumerate(samples)]
+
+
+def test_oracle_values_slope_and_sample_clustered_se():
+    """Values a_i + b_i ln P give the slope mean(b_i) exactly (fitted over P ≥ 4 only); the SE by sample
+    treats the positions of one text as one unit, so two identical positions per text do not halve it."""
+    from specbound.measure.oracle import OracleValues
+
+    caps = [1, 2, 4, 8, 16, 64]
+    b = np.array([0.5, 0.7, 1.1, 0.9])
+    a = np.array([0.3, 0.1, 0.0, 0.2])
+    rows = [(ai + bi * np.log(caps)).tolist() for ai, bi in zip(a, b)]
+    rows[0][0] = 99.0                                    # P = 1 is not in the fit
+    ov = OracleValues(caps, rows, _positions([0, 1, 2, 3]), 4)
+    assert ov.slope_capacities == [4, 8, 16, 64]
+    assert ov.slope == pytest.approx(b.mean(), rel=1e-12)
+    assert ov.slope_se == pytest.approx(b.std(ddof=1) / 2, rel=1e-12)          # 4 texts, one position each
+    doubled = OracleValues(caps, rows + rows, _positions([0, 1, 2, 3, 0, 1, 2, 3]), 4)
+    assert doubled.se[2] < ov.se[2]                       # naive SE shrinks with copies ...
+    assert doubled.se_by_sample[2] == pytest.approx(ov.se_by_sample[2], rel=1e-12)   # ... the honest one does not
+    assert doubled.n_samples == 4 and doubled.n_positions == 8
+
+
+def test_pankratov_claims_verdicts():
+    from specbound.experiments import pankratov as pk
+    from specbound.theory.bounds import MomentEstimate
+
+    def est(mu, se):
+        return MomentEstimate(mu=mu, mu2=2 * mu, mean_H2=mu, var_surprisal=mu, n=100, se_mu=se, se_mu2=se,
+                              se_mu_prompt=se, se_mu2_prompt=2 * se, n_prompts=10)
+
+    big = [pk.MomentRow("qwen2.5-coder-1.5b (target)", s, est(0.5, 0.02)) for s in pk.SETS]
+    small = [pk.MomentRow("qwen2.5-coder-0.5b (draft, int8)", s, est(mu, 0.02))
+             for s, mu in zip(pk.SETS, (0.8, 0.52, 0.2))]
+    claims = pk.model_order_claims(big + small, "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    verdicts = {c.a.split("(")[1][:-1] + "/" + c.quantity: c.verdict for c in claims}
+    assert verdicts["humaneval/μ"] == "larger model lower μ at 95%"
+    assert verdicts["mtbench/μ"].startswith("not decided")
+    assert verdicts["gsm8k/μ"].startswith("larger model HIGHER μ")
+    x = pk.Interval(1.0, 0.1)
+    assert (x.lo, x.hi) == pytest.approx((1.0 - 0.196, 1.0 + 0.196), abs=1e-3)
+
+
+def test_pankratov_claims_on_tiny_analyses(pair):
+    """claims() over two tiny analyses: one precision row, one slope row and one bound row per set, one
+    ordered pair of sets; every verdict is one of the stated forms."""
+    from specbound.experiments import pankratov as pk
+
+    target, draft = pair
+    cfg = az.AnalyzeConfig(n_prompts=3, tokens=8, capacities=(1, 4, 16), oracle_positions=6, drafter_positions=2,
+                           oracle_width=4, oracle_sd_capacities=(), drafter_prompts=0, cost_repeats=1)
+    analyses = [az.analyze_set(target, draft, name, cfg, prompt_ids=ids, progress=False, log=lambda *a: None)
+                for name, ids in (("humaneval", [[1, 2, 3], [4, 5], [6]]), ("gsm8k", [[7, 8], [9], [3, 3]]))]
+    assert analyses[0].drafter_exact.n_positions == 2 and analyses[0].oracle.n_positions == 6
+    study = pk.LLMStudy(analyses=analyses, table=[pk.MomentRow(f"{target.name} (target)", a.set, a.moments)
+                                                  for a in analyses])
+    c = pk.claims(study)
+    assert [o.set for o in c.oracle_precision] == ["humaneval", "gsm8k"] and c.oracle_precision[0].P == [4, 16]
+    assert len(c.slopes) == 2 and len(c.set_order) == 2 and len(c.bounds) == 2
+    for s in c.slopes:
+        assert s.slope.lo <= s.slope.value <= s.slope.hi
+        assert s.verdict.split(" ")[0] in ("slope", "consistent", "not")
+    assert c.set_order[0].verdict.split(":")[0] in ("confirmed at 95%", "contradicted at 95%", "not decided")
+    assert 0 <= c.decided <= c.total == 2 + 1 + 2

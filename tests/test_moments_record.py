@@ -53,8 +53,9 @@ def test_a_moment_row_holds_the_estimate_and_reads_its_older_flat_shape():
 
 
 def test_the_published_pankratov_results_still_load():
-    """docs/results/reproduce-pankratov/results.json predates the one record (`--augment` reads it back)."""
-    path = ROOT / "docs/results/reproduce-pankratov/results.json"
+    """docs/results/reproduce-pankratov-20261202/results.json predates the one record (`--augment` reads it
+    back)."""
+    path = ROOT / "docs/results/reproduce-pankratov-20261202/results.json"
     data = json.loads(path.read_text())
     result = from_jsonable(PankratovResult, data, str(path))
     rows = result.llm.table

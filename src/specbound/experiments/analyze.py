@@ -51,6 +51,8 @@ class AnalyzeConfig:
     capacities: tuple[int, ...] = DEFAULT_CAPACITIES
     temperature: float = 1.0
     oracle_positions: int = 10            # (b) positions (contexts) at which T*(P_max) is built
+    drafter_positions: int | None = None  # (d) exact drafter values at this many of the oracle positions (evenly
+                                          #     spaced among them); None = at every oracle position
     oracle_width: int = 12                # (b) target nodes read per oracle read (prefetch)
     oracle_sd_capacities: tuple[int, ...] | None = (1, 4, 16, 64)   # (b) empirical oracle SD; None = all
     oracle_sd_prompts: int = 1
@@ -84,6 +86,10 @@ class AnalyzeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecboundError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.drafter_positions is not None and (isinstance(self.drafter_positions, bool)
+                                                   or not isinstance(self.drafter_positions, int)
+                                                   or self.drafter_positions < 0):
+            raise SpecboundError(f"drafter_positions must be None or an integer >= 0, got {self.drafter_positions!r}")
         self.drafters = tuple(self.drafters)
         unknown = set(self.drafters) - set(TREE_DRAFTER_KINDS)
         if unknown:
@@ -264,9 +270,12 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
             timings["oracle_exact"] = time.perf_counter() - t0
             log(f"[{set_name}] oracle E[X*]: " + ", ".join(f"P={c}: {m:.3f}" for c, m in zip(caps, result.oracle.mean))
                 + f"  ({result.oracle.reads_total} target reads, {timings['oracle_exact']:.0f}s)")
-            if draft is not None:
+            if draft is not None and cfg.drafter_positions != 0:
                 t0 = time.perf_counter()
                 positions = [(p.sample, p.position) for p in result.oracle.positions]
+                if cfg.drafter_positions is not None and cfg.drafter_positions < len(positions):
+                    keep = np.unique(np.round(np.linspace(0, len(positions) - 1, cfg.drafter_positions)).astype(int))
+                    positions = [positions[k] for k in keep]
                 result.drafter_exact = drafter_values(target, draft, mom.samples, positions, caps, T, cfg.seed, pb,
                                                       journal, key + "drafter_exact")
                 timings["drafter_exact"] = time.perf_counter() - t0

@@ -21,14 +21,14 @@ def per_p_table(result: SetAnalysis) -> str:
     caps = result.config.capacities
     oracle = result.oracle
     sd = result.oracle_sd.by_capacity if result.oracle_sd else {}
-    header = ["P", "oracle E[X*] (exact)", "oracle SD: mean X / mean E[X|T] (rounds)"]
+    header = ["P", "oracle E[X*] (exact; ± SE by sampled text)", "oracle SD: mean X / mean E[X|T] (rounds)"]
     header += [f"bound: {f}" if f != "asymptotic" else "asymptotic (approximation, not a bound)" for f in BOUND_FORMS]
     header += [f"{k}: E[X] (τ)" for k in result.drafters]
     exact_kinds = _exact_kinds(result)
     header += [f"{k}: exact E[X|T] at oracle positions" for k in exact_kinds]
     rows = []
     for i, P in enumerate(caps):
-        row = [str(P), pm(oracle.mean[i], oracle.se[i]) if oracle else "–"]
+        row = [str(P), pm(oracle.mean[i], (oracle.se_by_sample or oracle.se)[i]) if oracle else "–"]
         s = sd.get(P)
         row.append(f"{fmt(s.mean_X, 2)} / {fmt(s.mean_value, 2)} ({s.rounds})" if s else "–")
         row += [fmt(result.bounds[f][i]) + (" (not a bound, P < 3)" if f == "published" and not bound_is_valid(f, P)
@@ -101,8 +101,8 @@ def set_report_markdown(result: SetAnalysis, images: dict[str, str], title: str 
              f"{sd.tokens_per_prompt if sd else 0} tokens",
              f"- (d) drafters {list(result.drafters)}: P ∈ {list(cfg.capacities)}, {cfg.drafter_prompts} prompt(s) × "
              f"{cfg.drafter_tokens} tokens per P (measured τ; few rounds at large P, see the cost table)",
-             f"- (d, exact) drafter trees at the oracle's {result.drafter_exact.n_positions if result.drafter_exact else 0}"
-             " positions: one dynamic tree and one sampled chain of P_max nodes per position (nested in P), scored by "
+             f"- (d, exact) drafter trees at {result.drafter_exact.n_positions if result.drafter_exact else 0} of the "
+             f"oracle's {oracle_n} positions (evenly spaced among them): one dynamic tree and one sampled chain of P_max nodes per position (nested in P), scored by "
              "one target pass each; E[X|T] exact (chain: acceptance coins integrated out)",
              f"- (e) t(k): median of {cfg.cost_repeats} target passes per k after the first prompt",
              "- timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result.timings.items()), "",

@@ -31,8 +31,9 @@ from .report import omitted_if_none, progress_bar
 from ..measure.stats import fit_log_slope
 from ..seeds import derive_seed
 
-__all__ = ["IDENTICAL_CASES", "LLMStudy", "MomentRow", "PankratovResult", "SETS", "Settings", "SyntheticCase",
-           "SyntheticChecks", "augment", "identical_environment_case", "llm_configs", "moments_table",
+__all__ = ["IDENTICAL_CASES", "BoundClaim", "Claims", "Interval", "LLMStudy", "MomentRow", "OraclePrecision",
+           "OrderClaim", "PankratovResult", "SETS", "Settings", "SlopeClaim", "SyntheticCase", "SyntheticChecks",
+           "augment", "claims", "identical_environment_case", "llm_configs", "moments_table",
            "random_environment_case", "run", "run_llm", "synthetic_checks"]
 
 PAPER = "Pankratov & Alistarh 2026 (arXiv 2512.11718)"
@@ -223,11 +224,12 @@ def llm_configs(quick: bool) -> tuple[AnalyzeConfig, tuple[str, ...]]:
                                   oracle_sd_capacities=(4,), oracle_sd_tokens=8, drafter_prompts=1,
                                   drafter_tokens=8, cost_repeats=1)
         return cfg, SETS[:1]
-    # full run: ~30-35 min on the shared 2-core CPU with one torch thread (the 1.5B target takes about
-    # 0.45 s per short forward and 1.9 s for 65 tokens while another real-model job runs)
-    cfg = AnalyzeConfig(n_prompts=6, tokens=40, capacities=(1, 2, 4, 8, 16, 32, 64), oracle_positions=8,
-                        oracle_width=12, oracle_sd_capacities=(1, 8, 64), oracle_sd_prompts=1,
-                        oracle_sd_tokens=24, drafter_prompts=1, drafter_tokens=32, cost_repeats=2)
+    # full run (int8 target, 2 cores, quiet machine): ~45-55 min. 96 oracle positions per set, from 16
+    # sampled texts, bring the SE of E[X*](P) near 5% of its value at P = 4..64 (one T*(64) costs
+    # 2-8 s on the int8 target); exact drafter values at 24 of them (5-7 s each)
+    cfg = AnalyzeConfig(n_prompts=16, tokens=40, capacities=(1, 2, 4, 8, 16, 32, 64), oracle_positions=96,
+                        drafter_positions=24, oracle_width=12, oracle_sd_capacities=(1, 8, 64), oracle_sd_prompts=1,
+                        oracle_sd_tokens=24, drafter_prompts=1, drafter_tokens=32, cost_repeats=3)
     return cfg, SETS
 
 
@@ -238,6 +240,8 @@ class LLMStudy:
     timings: dict[str, float] = field(default_factory=dict)
     skipped_models: list[str] = field(default_factory=list)
     torch_threads: int = 1
+    target_precision: str = "fp32"                # runs written before the int8 target was the default
+    target_kernels: str | None = omitted_if_none()
 
 
 @dataclass
@@ -255,6 +259,7 @@ class PankratovResult:
     synthetic: SyntheticChecks
     llm: LLMStudy | None
     paper: str = PAPER
+    claims: Claims | None = omitted_if_none()
     llm_note: str | None = omitted_if_none()
     llm_config: AnalyzeConfig | None = omitted_if_none()
     seconds: float = 0.0
@@ -269,6 +274,7 @@ class Settings:
 
     quick: bool = False
     skip_llm: bool = False
+    target_precision: str = "int8"         # the target measured (int8: the quantised target, 3-4x cheaper per pass)
 
     def llm_config(self) -> tuple[AnalyzeConfig, tuple[str, ...]]:
         """(configuration of the real-model parts, sets analysed for Fig. 2): :func:`llm_configs`."""
@@ -291,21 +297,24 @@ def run(settings: Settings, progress: bool = True, journal: PartialResults | Non
     if settings.skip_llm:
         result.llm_note = "--skip-llm was given"
     else:
-        ok, why = default_pair_status()
+        ok, why = default_pair_status(settings.target_precision)
         if not ok:
             result.llm_note = why
         else:
             cfg, fig_sets = settings.llm_config()
             result.llm_config = cfg
-            result.llm = run_llm(cfg, fig_sets, progress, log=log, journal=journal)
+            result.llm = run_llm(cfg, fig_sets, progress, log=log, journal=journal,
+                                 precision=settings.target_precision)
+            result.claims = claims(result.llm)
     result.seconds = time.perf_counter() - t0
     result.finished = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     return result
 
 
 def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
-            journal: PartialResults | None = None) -> LLMStudy:
-    """(i) and (ii) on the packaged models (loads them; every unit goes through ``journal``)."""
+            journal: PartialResults | None = None, precision: str = "int8") -> LLMStudy:
+    """(i) and (ii) on the packaged models (loads them — the target at ``precision``, the int8 draft;
+    every unit goes through ``journal``)."""
     import torch
 
     from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
@@ -317,9 +326,10 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     timings: dict[str, float] = {}
     prompts_by_set = {s: load_prompts(s, cfg.n_prompts) for s in SETS}
     t0 = time.perf_counter()
-    target = load_model(DEFAULT_TARGET, progress=progress)
+    target = load_model(DEFAULT_TARGET, progress=progress, precision=precision)
     draft8 = load_model(DEFAULT_DRAFT, progress=progress, int8=True)
     timings["load_target_and_int8_draft"] = time.perf_counter() - t0
+    target_kernels = target.info.kernels
     analyses, table_rows = [], []
     target_label = f"{DEFAULT_TARGET} (target)"
     for s in SETS:
@@ -334,9 +344,16 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
             with progress_bar(progress) as bar:
                 table_rows += moments_table(target, target_label, {s: prompts_by_set[s]}, cfg,
                                             bar if progress else None, log, journal)
-    del target, draft8
+    del target
     gc.collect()
-    others = [(DEFAULT_DRAFT, f"{DEFAULT_DRAFT} (draft, fp32)")]
+    t0 = time.perf_counter()
+    with progress_bar(progress) as bar:          # the draft the analyses used, on its own samples
+        table_rows += moments_table(draft8, f"{DEFAULT_DRAFT} (draft, int8)", prompts_by_set, cfg,
+                                    bar if progress else None, log, journal)
+    del draft8
+    gc.collect()
+    timings[f"table_{DEFAULT_DRAFT}"] = time.perf_counter() - t0
+    others = []
     skipped = []
     if is_converted("smollm2-135m"):
         others.append(("smollm2-135m", "smollm2-135m"))
@@ -352,7 +369,7 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
         timings[f"table_{name}"] = time.perf_counter() - t0
     timings["llm_total"] = time.perf_counter() - t_start
     return LLMStudy(analyses=analyses, table=table_rows, timings=timings, skipped_models=skipped,
-                    torch_threads=torch.get_num_threads())
+                    torch_threads=torch.get_num_threads(), target_precision=precision, target_kernels=target_kernels)
 
 
 def augment(result: PankratovResult, progress: bool = True, log=print) -> PankratovResult:
@@ -367,7 +384,7 @@ def augment(result: PankratovResult, progress: bool = True, log=print) -> Pankra
     if result.llm is None:
         raise SpecboundError("the results in --out have no LLM part to augment")
     t0 = time.perf_counter()
-    target = load_model(DEFAULT_TARGET, progress=progress)
+    target = load_model(DEFAULT_TARGET, progress=progress, precision=result.llm.target_precision)
     draft = load_model(DEFAULT_DRAFT, progress=progress, int8=True)
     for res in result.llm.analyses:
         if res.drafter_exact is not None or res.oracle is None:
@@ -390,3 +407,225 @@ def augment(result: PankratovResult, progress: bool = True, log=print) -> Pankra
             for kind in ("dynamic", "chain")) + f"  ({res.timings['drafter_exact']:.0f}s)")
     result.augmented = Augmented(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.perf_counter() - t0)
     return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# claims: every real-model finding with an interval and a verdict
+# ---------------------------------------------------------------------------------------------------
+Z95 = 1.959963984540054
+#: Capacities at which the oracle's precision target (SE ≤ 5% of E[X*](P)) is checked.
+PRECISION_P = (4, 16, 64)
+PRECISION_TARGET = 0.05
+
+
+@dataclass
+class Interval:
+    """A measured value, its standard error and the normal 95% interval."""
+
+    value: float
+    se: float
+    lo: float = float("nan")
+    hi: float = float("nan")
+
+    def __post_init__(self):
+        if math.isfinite(self.value) and math.isfinite(self.se):
+            self.lo, self.hi = self.value - Z95 * self.se, self.value + Z95 * self.se
+
+
+@dataclass
+class OraclePrecision:
+    """Is E[X*](P) measured to within :data:`PRECISION_TARGET` (SE by sampled text / value)?"""
+
+    set: str
+    positions: int
+    samples: int
+    P: list[int]
+    value: list[float]
+    se_by_sample: list[float]
+    relative_se: list[float]
+    target_met: bool
+
+
+@dataclass
+class SlopeClaim:
+    """Pankratov & Alistarh's asymptotics (§3.3): E[X*] grows like ln P / μ. The oracle's fitted slope
+    against ln P beside 1/μ of the same target on the same set, and slope·μ (1 under the i.i.d. model)."""
+
+    set: str
+    capacities: list[int]
+    slope: Interval
+    inverse_mu: Interval
+    slope_times_mu: Interval
+    verdict: str
+
+
+@dataclass
+class OrderClaim:
+    """A paper direction between two measured things (a, b): ``diff`` = quantity(a) − quantity(b)."""
+
+    claim: str
+    a: str
+    b: str
+    quantity: str
+    a_value: Interval
+    b_value: Interval
+    diff: Interval
+    verdict: str
+
+
+@dataclass
+class BoundClaim:
+    """Do the rigorous bounds stay above the oracle (the bound is on E[X*]: checked against its 95% limits)?"""
+
+    set: str
+    verdict: str
+    worst_P: int
+    worst_margin_se: float          # (tightest rigorous bound − oracle mean) / SE at the closest P
+
+
+@dataclass
+class Claims:
+    oracle_precision: list[OraclePrecision]
+    slopes: list[SlopeClaim]
+    set_order: list[OrderClaim]
+    model_order: list[OrderClaim]
+    bounds: list[BoundClaim]
+    decided: int = 0
+    total: int = 0
+
+
+def _diff(a: Interval, b: Interval) -> Interval:
+    return Interval(a.value - b.value, math.sqrt(a.se ** 2 + b.se ** 2))
+
+
+def _sign(x: Interval) -> int:
+    """+1 / −1 when the 95% interval excludes 0 on that side, else 0."""
+    return 1 if x.lo > 0 else -1 if x.hi < 0 else 0
+
+
+def slope_claim(analysis: SetAnalysis) -> SlopeClaim:
+    """The oracle's slope against ln P (mean of per-position slopes, SE by sampled text) vs 1/μ (SE by
+    the delta method from μ's per-prompt SE). slope·μ's SE treats the two as independent (they are
+    measured on the same texts; the covariance is left out)."""
+    o, m = analysis.oracle, analysis.moments
+    se_mu = m.se_mu_prompt if math.isfinite(m.se_mu_prompt) else m.se_mu
+    slope = Interval(o.slope, o.slope_se)
+    inv = Interval(1.0 / m.mu, se_mu / m.mu ** 2)
+    r = o.slope * m.mu
+    ratio = Interval(r, abs(r) * math.sqrt((o.slope_se / o.slope) ** 2 + (se_mu / m.mu) ** 2)
+                     if o.slope else float("nan"))
+    if not math.isfinite(ratio.se):
+        verdict = "not decided (no interval)"
+    elif ratio.hi < 1:
+        verdict = f"slope < 1/μ at 95% (slope·μ = {r:.2f})"
+    elif ratio.lo > 1:
+        verdict = f"slope > 1/μ at 95% (slope·μ = {r:.2f})"
+    else:
+        verdict = f"consistent with 1/μ at 95% (slope·μ = {r:.2f}, interval {ratio.lo:.2f}–{ratio.hi:.2f})"
+    return SlopeClaim(analysis.set, list(o.slope_capacities), slope, inv, ratio, verdict)
+
+
+def _mu(m: MomentEstimate, second: bool = False) -> Interval:
+    value, se_prompt, se = (m.mu2, m.se_mu2_prompt, m.se_mu2) if second else (m.mu, m.se_mu_prompt, m.se_mu)
+    return Interval(value, se_prompt if math.isfinite(se_prompt) else se)
+
+
+def set_order_claims(analyses: list[SetAnalysis]) -> list[OrderClaim]:
+    """The paper's reading of μ: a set with lower μ has more parallelisation headroom. For each pair of
+    sets: confirmed when μ and E[X*](P_max) both differ at 95% in opposite directions, contradicted when
+    both differ in the same direction, otherwise not decided."""
+    out = []
+    for i, a in enumerate(analyses):
+        for b in analyses[i + 1:]:
+            if a.oracle is None or b.oracle is None:
+                continue
+            pmax = max(a.oracle.capacities)
+            if pmax not in b.oracle.capacities:
+                continue
+            j, k = a.oracle.capacities.index(pmax), b.oracle.capacities.index(pmax)
+            mu_d = _diff(_mu(a.moments), _mu(b.moments))
+            xa = Interval(a.oracle.mean[j], a.oracle.se_by_sample[j])
+            xb = Interval(b.oracle.mean[k], b.oracle.se_by_sample[k])
+            x_d = _diff(xa, xb)
+            s_mu, s_x = _sign(mu_d), _sign(x_d)
+            lower = a.set if mu_d.value < 0 else b.set
+            if s_mu and s_x and s_mu != s_x:
+                verdict = f"confirmed at 95%: {lower} has the lower μ and the larger E[X*]({pmax})"
+            elif s_mu and s_x:
+                verdict = f"contradicted at 95%: {lower} has the lower μ but the smaller E[X*]({pmax})"
+            else:
+                verdict = ("not decided: " + ("μ" if not s_mu else "") + (" and " if not s_mu and not s_x else "")
+                           + (f"E[X*]({pmax})" if not s_x else "") + " not separated at 95%")
+            out.append(OrderClaim("lower μ ↔ larger E[X*]", a.set, b.set, f"μ; E[X*]({pmax})",
+                                  _mu(a.moments), _mu(b.moments), mu_d, verdict))
+            out.append(OrderClaim("lower μ ↔ larger E[X*]", a.set, b.set, f"E[X*]({pmax})", xa, xb, x_d, verdict))
+    return out
+
+
+def model_order_claims(table: list[MomentRow], larger: str, smaller: str) -> list[OrderClaim]:
+    """The paper's model finding: the larger model has lower (and more stable) μ and μ₂. Per set, the
+    larger model's μ and μ₂ against the smaller one's (each on its own samples), decided at 95%."""
+    out = []
+    rows = {(r.model.split(" ")[0], r.set): r.moments for r in table}
+    for s in SETS:
+        big, small = rows.get((larger, s)), rows.get((smaller, s))
+        if big is None or small is None:
+            continue
+        for second, name in ((False, "μ"), (True, "μ₂")):
+            a, b = _mu(big, second), _mu(small, second)
+            d = _diff(a, b)
+            sign = _sign(d)
+            verdict = (f"larger model lower {name} at 95%" if sign < 0 else
+                       f"larger model HIGHER {name} at 95% (against the paper's direction)" if sign > 0 else
+                       f"not decided: {name} not separated at 95%")
+            out.append(OrderClaim(f"larger model, lower {name}", f"{larger} ({s})", f"{smaller} ({s})", name, a, b, d,
+                                  verdict))
+    return out
+
+
+def bound_claim(analysis: SetAnalysis) -> BoundClaim:
+    """The tightest rigorous bound per P against the oracle: holds at 95% when it is above the oracle's
+    upper 95% limit at every P, violated when below the lower limit at some P."""
+    o = analysis.oracle
+    worst_P, worst = 0, float("inf")
+    violated = undecided = False
+    for j, P in enumerate(o.capacities):
+        entry = analysis.tightest_bound.get(P)
+        if entry is None:
+            continue
+        se = o.se_by_sample[j]
+        margin = (entry.value - o.mean[j]) / se if se and math.isfinite(se) and se > 0 else float("inf")
+        if margin < worst:
+            worst_P, worst = P, margin
+        violated |= margin < -Z95
+        undecided |= -Z95 <= margin <= Z95
+    verdict = ("violated at 95%" if violated else "not decided at 95% (a bound within 1.96 SE of the oracle)"
+               if undecided else "every rigorous bound above the oracle at 95%, at every P")
+    return BoundClaim(analysis.set, verdict, worst_P, worst)
+
+
+def oracle_precision(analysis: SetAnalysis) -> OraclePrecision:
+    o = analysis.oracle
+    Ps = [P for P in PRECISION_P if P in o.capacities]
+    idx = [o.capacities.index(P) for P in Ps]
+    value = [o.mean[j] for j in idx]
+    se = [o.se_by_sample[j] for j in idx]
+    rel = [s / v if v else float("nan") for s, v in zip(se, value)]
+    return OraclePrecision(analysis.set, o.n_positions, o.n_samples, Ps, value, se, rel,
+                           bool(rel) and all(math.isfinite(r) and r <= PRECISION_TARGET for r in rel))
+
+
+def claims(llm: LLMStudy) -> Claims:
+    """Every real-model claim of the reproduction with its interval and verdict (see the dataclasses)."""
+    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    with_oracle = [a for a in llm.analyses if a.oracle is not None and a.oracle.n_positions > 1]
+    out = Claims(oracle_precision=[oracle_precision(a) for a in with_oracle],
+                 slopes=[slope_claim(a) for a in with_oracle], set_order=set_order_claims(with_oracle),
+                 model_order=model_order_claims(llm.table, DEFAULT_TARGET, DEFAULT_DRAFT),
+                 bounds=[bound_claim(a) for a in with_oracle])
+    verdicts = ([c.verdict for c in out.slopes] + [c.verdict for c in out.set_order[::2]]
+                + [c.verdict for c in out.model_order] + [c.verdict for c in out.bounds])
+    out.total = len(verdicts)
+    out.decided = sum(not v.startswith("not decided") for v in verdicts)
+    return out

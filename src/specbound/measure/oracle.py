@@ -25,7 +25,7 @@ from .journal import PartialResults, no_journal
 from .llm import PromptContext
 from .moments import MomentSample
 from .records import Stage
-from .stats import mean_se
+from .stats import cluster_mean_se, mean_se
 
 __all__ = ["OraclePosition", "OracleSD", "OracleSDRow", "OracleValues", "SDRun", "TreeRead", "choose_positions",
            "contexts_at", "oracle_sd", "oracle_tree_at", "oracle_values"]
@@ -52,9 +52,20 @@ class OraclePosition(TreeRead):
     entropy_at_position: float = float("nan")
 
 
+#: The oracle's growth E[X*] against ln P is fitted over the capacities from here up (P = 1, 2 are far
+#: from the asymptotic regime ln P / μ of Pankratov & Alistarh 2026, §3.3).
+SLOPE_FROM_P = 4
+
+
 @dataclass
 class OracleValues:
-    """E[X | T*(P)] per position and capacity (``per_position[i][j]``: position i, ``capacities[j]``)."""
+    """E[X | T*(P)] per position and capacity (``per_position[i][j]``: position i, ``capacities[j]``).
+
+    Derived on construction: ``mean``; ``se`` over positions as if independent; ``se_by_sample`` with
+    the positions of one sampled text as one unit (positions of one text are correlated: it is the
+    honest one); ``slope`` ± ``slope_se`` (by sample) — the mean over positions of each position's
+    least-squares slope of E[X | T*(P)] against ln P over ``slope_capacities`` (P ≥ :data:`SLOPE_FROM_P`),
+    the quantity Pankratov & Alistarh's asymptotics put at 1/μ."""
 
     capacities: list[int]
     per_position: list[list[float]]
@@ -62,16 +73,35 @@ class OracleValues:
     width: int
     mean: list[float] = field(default_factory=list)
     se: list[float] = field(default_factory=list)
+    se_by_sample: list[float] = field(default_factory=list)
     n_positions: int = 0
+    n_samples: int = 0
+    slope_capacities: list[int] = field(default_factory=list)
+    slope: float = float("nan")
+    slope_se: float = float("nan")
     reads_total: int = 0
     seconds_total: float = 0.0
 
     def __post_init__(self):
-        arr = np.asarray(self.per_position, dtype=np.float64).reshape(-1, len(self.capacities))
+        caps = [int(c) for c in self.capacities]
+        arr = np.asarray(self.per_position, dtype=np.float64).reshape(-1, len(caps))
         n = arr.shape[0]
+        nan = [float("nan")] * len(caps)
+        samples = [p.sample for p in self.positions]
         self.n_positions = n
-        self.mean = arr.mean(axis=0).tolist() if n else [float("nan")] * len(self.capacities)
-        self.se = (arr.std(axis=0, ddof=1) / math.sqrt(n)).tolist() if n > 1 else [float("nan")] * len(self.capacities)
+        self.n_samples = len(set(samples))
+        self.mean = arr.mean(axis=0).tolist() if n else nan
+        self.se = (arr.std(axis=0, ddof=1) / math.sqrt(n)).tolist() if n > 1 else nan
+        self.se_by_sample = ([cluster_mean_se(arr[:, j], samples)[1] for j in range(len(caps))]
+                             if n and len(samples) == n else nan)
+        cols = [j for j, c in enumerate(caps) if c >= SLOPE_FROM_P]
+        cols = cols if len(cols) >= 2 else list(range(len(caps)))
+        self.slope_capacities = [caps[j] for j in cols]
+        if n and len(cols) >= 2 and len(samples) == n:
+            x = np.log(np.asarray(self.slope_capacities, dtype=np.float64))
+            x = x - x.mean()
+            slopes = (arr[:, cols] * x).sum(axis=1) / (x * x).sum()      # least squares, one per position
+            self.slope, self.slope_se = cluster_mean_se(slopes, samples)
         self.reads_total = int(sum(p.reads for p in self.positions))
         self.seconds_total = float(sum(p.seconds for p in self.positions))
 
