@@ -53,6 +53,8 @@ def test_out_under_a_file_is_refused(tmp_path):
     (["reproduce", "yin", "--engine-runs", "-3"], "--engine-runs must be >= 0"),
     (["reproduce", "yin", "--llm-minutes", "-1"], "--llm-minutes must be a number >= 0"),
     (["reproduce", "yin", "--prompt-set", "nope"], "unknown --prompt-set 'nope'"),
+    (["reproduce", "yin", "--eps", "0.1,x"], "--eps must be comma-separated numbers > 0"),
+    (["reproduce", "yin", "--eps", "0.1,0"], "--eps must be distinct comma-separated numbers > 0"),
     (["reproduce", "pankratov", "--threads", "0"], "--threads must be >= 1"),
     (["analyze", "--prompts", "builtin", "--n-prompts", "0"], "--n-prompts must be >= 1"),
     (["analyze", "--prompts", "builtin", "--tokens", "-2"], "--tokens must be >= 1"),

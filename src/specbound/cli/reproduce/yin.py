@@ -29,6 +29,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--forms", choices=("auto", "additive", "ratio", "both"), default=None,
                         help="over-acceptance form(s) for Table 1: auto = ratio if additive saturates (its rows "
                              "would be ties), else additive (default)")
+    parser.add_argument("--eps", default=None,
+                        help="comma-separated over-acceptance thresholds ε > 0 for Table 1 (default 0.1,0.2,0.4,0.8; "
+                             "quick 0.1,0.8)")
     parser.add_argument("--target-precision", choices=("int8", "fp32"), default=None,
                         help="the target Table 1 runs: int8 (default; the quantised target, 3-4x cheaper) or fp32")
     parser.add_argument("--mc-runs", type=int, default=None, help="NumPy Monte Carlo runs for Fig. 2a/b")
@@ -57,11 +60,19 @@ def settings_from_args(args):
 
         if args.prompt_set not in prompt_set_names():
             raise SpecboundError(f"unknown --prompt-set {args.prompt_set!r}: use one of {', '.join(prompt_set_names())}")
+    eps = None
+    if args.eps is not None:
+        try:
+            eps = tuple(float(v) for v in args.eps.split(",") if v.strip())
+        except ValueError:
+            raise SpecboundError(f"--eps must be comma-separated numbers > 0, got {args.eps!r}") from None
+        if not eps or any(not (math.isfinite(e) and e > 0) for e in eps) or len(set(eps)) != len(eps):
+            raise SpecboundError(f"--eps must be distinct comma-separated numbers > 0, got {args.eps!r}")
     return Settings.make(
         args.quick, seed=args.seed, out=args.out, skip_llm=args.skip_llm, prompts=args.prompts, samples=args.samples,
         tokens=args.tokens, gamma=args.gamma, mc_runs=args.mc_runs, engine_runs=args.engine_runs,
         llm_budget=None if args.llm_minutes is None else 60.0 * args.llm_minutes, threads=args.threads,
-        forms=args.forms, prompt_set=args.prompt_set, target_precision=args.target_precision)
+        forms=args.forms, prompt_set=args.prompt_set, target_precision=args.target_precision, table_eps=eps)
 
 
 def run(args) -> int:
