@@ -65,6 +65,7 @@ class Settings:
     # (4 ε × OPT/UNO, 32 tokens each) takes ~25-35 s on 2 cores
     skip_llm: bool = False
     prompt_set: str = "mtbench"
+    prompt_offset: int = 0                      # Table 1 uses prompts offset .. offset + prompts - 1 of the set
     prompts: int = 20
     samples: int = 3
     tokens: int = 32

@@ -94,7 +94,8 @@ def _table1_section(t1: Table1) -> list[str]:
     if t1.status != "ran":
         return L + [f"**Skipped:** {t1.note}\n"]
     L.append(f"Target `{t1.target}` ({t1.target_backend}), draft `{t1.draft}` ({t1.draft_backend}); prompts: "
-             f"{len(t1.prompt_ids)} from `{t1.prompt_set}` (chat template), {t1.samples_per_prompt} paired sample(s) "
+             f"{len(t1.prompt_ids)} from `{t1.prompt_set}` ({t1.prompt_ids[0]} … {t1.prompt_ids[-1]}; chat template), "
+             f"{t1.samples_per_prompt} paired sample(s) "
              f"per prompt and ε, {t1.tokens} new tokens, temperature 1, draft length γ = {t1.gamma}. OPT and UNO share "
              "the prompt, the seed and ε, so they make identical decisions until their first rejection (common random "
              "numbers).\n")

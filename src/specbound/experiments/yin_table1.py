@@ -399,7 +399,7 @@ def run_table1(s: Settings, progress=None, journal: PartialResults | None = None
         tokenizer = target.tokenizer
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            prompts = load_prompts(s.prompt_set, s.prompts)
+            prompts = load_prompts(s.prompt_set, s.prompts, offset=s.prompt_offset)
         ids = [tokenizer(format_prompt(tokenizer, p), add_special_tokens=False).input_ids for p in prompts]
         out = measure_table1(target, draft, [p.id for p in prompts], ids, set(stop_token_ids(target)), s, progress,
                              journal, t0, load_seconds)

@@ -22,6 +22,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--skip-llm", action="store_true", help="skip the real-model Table 1")
     parser.add_argument("--prompts", type=int, default=None, help="number of MT-Bench prompts for Table 1 "
                                                                   "(default 20; quick 2)")
+    parser.add_argument("--prompt-offset", type=int, default=None,
+                        help="first prompt of the set Table 1 uses (default 0; a replication on other prompts)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the chains, Monte Carlo and sampling")
     parser.add_argument("--samples", type=int, default=None, help="paired samples per prompt and ε (default 3)")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per response (default 32; quick 16)")
@@ -52,7 +54,7 @@ def settings_from_args(args):
 
     at_least(args, 1, "prompts", "samples", "tokens", "gamma", "threads")
     at_least(args, 2, "mc_runs")
-    at_least(args, 0, "engine_runs", "seed")
+    at_least(args, 0, "engine_runs", "seed", "prompt_offset")
     if args.llm_minutes is not None and not (math.isfinite(args.llm_minutes) and args.llm_minutes >= 0):
         raise SpecboundError(f"--llm-minutes must be a number >= 0, got {args.llm_minutes}")
     if args.prompt_set is not None:
@@ -72,7 +74,8 @@ def settings_from_args(args):
         args.quick, seed=args.seed, out=args.out, skip_llm=args.skip_llm, prompts=args.prompts, samples=args.samples,
         tokens=args.tokens, gamma=args.gamma, mc_runs=args.mc_runs, engine_runs=args.engine_runs,
         llm_budget=None if args.llm_minutes is None else 60.0 * args.llm_minutes, threads=args.threads,
-        forms=args.forms, prompt_set=args.prompt_set, target_precision=args.target_precision, table_eps=eps)
+        forms=args.forms, prompt_set=args.prompt_set, target_precision=args.target_precision, table_eps=eps,
+        prompt_offset=args.prompt_offset)
 
 
 def run(args) -> int:
