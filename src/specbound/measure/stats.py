@@ -43,23 +43,28 @@ def wilson_interval(successes: float, n: int, z: float = 1.959963984540054) -> t
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def cluster_bootstrap_interval(values, clusters, resamples: int = 4000, seed: int = 0,
-                               level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of the mean of ``values`` when whole clusters (e.g. the samples of one prompt,
-    which share the prompt) are resampled with replacement; NaN for fewer than two clusters."""
+def _cluster_sums(values, clusters) -> tuple[np.ndarray, np.ndarray]:
+    """(sum, size) of ``values`` per cluster label, in order of first appearance."""
     x = np.asarray(values, dtype=np.float64).reshape(-1)
     keys = list(clusters)
     if x.size != len(keys):
         raise ValueError(f"{x.size} values but {len(keys)} cluster labels")
-    groups = {}
-    for v, k in zip(x, keys):
-        groups.setdefault(k, []).append(v)
-    if len(groups) < 2:
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    rows = np.array([index[k] for k in keys], dtype=np.int64)
+    sums = np.bincount(rows, weights=x, minlength=len(index))
+    sizes = np.bincount(rows, minlength=len(index)).astype(np.float64)
+    return sums, sizes
+
+
+def cluster_bootstrap_interval(values, clusters, resamples: int = 4000, seed: int = 0,
+                               level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the mean of ``values`` when whole clusters (e.g. the samples of one prompt,
+    which share the prompt) are resampled with replacement; NaN for fewer than two clusters."""
+    sums, sizes = _cluster_sums(values, clusters)
+    if sums.size < 2:
         return float("nan"), float("nan")
-    sums = np.array([sum(g) for g in groups.values()])
-    sizes = np.array([len(g) for g in groups.values()], dtype=np.float64)
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(groups), size=(int(resamples), len(groups)))
+    picks = rng.integers(0, sums.size, size=(int(resamples), sums.size))
     means = sums[picks].sum(axis=1) / sizes[picks].sum(axis=1)
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
@@ -69,14 +74,7 @@ def cluster_mean_se(values, clusters) -> tuple[float, float]:
     """(mean, standard error) of ``values`` with the clusters as independent units (the ratio
     estimator Σ cluster sums / Σ cluster sizes, so correlated values within a cluster are not counted
     as independent); SE NaN for fewer than two clusters."""
-    x = np.asarray(values, dtype=np.float64).reshape(-1)
-    keys = list(clusters)
-    if x.size != len(keys):
-        raise ValueError(f"{x.size} values but {len(keys)} cluster labels")
-    groups = {}
-    for v, k in zip(x, keys):
-        groups.setdefault(k, []).append(v)
-    return ratio_se([sum(g) for g in groups.values()], [len(g) for g in groups.values()])
+    return ratio_se(*_cluster_sums(values, clusters))
 
 
 def sign_test_p(wins: int, losses: int) -> float:
