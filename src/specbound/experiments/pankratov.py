@@ -224,9 +224,9 @@ def llm_configs(quick: bool) -> tuple[AnalyzeConfig, tuple[str, ...]]:
                                   oracle_sd_capacities=(4,), oracle_sd_tokens=8, drafter_prompts=1,
                                   drafter_tokens=8, cost_repeats=1)
         return cfg, SETS[:1]
-    # full run (int8 target, 2 cores, quiet machine): ~45-55 min. 96 oracle positions per set, from 16
-    # sampled texts, bring the SE of E[X*](P) near 5% of its value at P = 4..64 (one T*(64) costs
-    # 2-8 s on the int8 target); exact drafter values at 24 of them (5-7 s each)
+    # full run (int8 target, 2 cores, quiet machine): 38 min measured (2026-12-05). One T*(64) costs 2-8 s,
+    # exact drafter values 5-7 s per position. 96 oracle positions from 16 sampled texts give an SE of
+    # E[X*](P) by text of 3-12% of its value at P = 4..64; 5% would need ~130-160 texts (docs/reproductions.md)
     cfg = AnalyzeConfig(n_prompts=16, tokens=40, capacities=(1, 2, 4, 8, 16, 32, 64), oracle_positions=96,
                         drafter_positions=24, oracle_width=12, oracle_sd_capacities=(1, 8, 64), oracle_sd_prompts=1,
                         oracle_sd_tokens=24, drafter_prompts=1, drafter_tokens=32, cost_repeats=3)
