@@ -28,7 +28,7 @@ from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import encode_prompts
 from ..measure.moments import measure_moments
 from .report import omitted_if_none, progress_bar
-from ..measure.stats import fit_log_slope
+from ..measure.stats import Z95, fit_log_slope
 from ..seeds import derive_seed
 
 __all__ = ["IDENTICAL_CASES", "BoundClaim", "Claims", "Interval", "LLMStudy", "MomentRow", "OraclePrecision",
@@ -412,7 +412,6 @@ def augment(result: PankratovResult, progress: bool = True, log=print) -> Pankra
 # ---------------------------------------------------------------------------------------------------
 # claims: every real-model finding with an interval and a verdict
 # ---------------------------------------------------------------------------------------------------
-Z95 = 1.959963984540054
 #: Capacities at which the oracle's precision target (SE ≤ 5% of E[X*](P)) is checked.
 PRECISION_P = (4, 16, 64)
 PRECISION_TARGET = 0.05
@@ -507,12 +506,11 @@ def slope_claim(analysis: SetAnalysis) -> SlopeClaim:
     """The oracle's slope against ln P (mean of per-position slopes, SE by sampled text) vs 1/μ (SE by
     the delta method from μ's per-prompt SE). slope·μ's SE treats the two as independent (they are
     measured on the same texts; the covariance is left out)."""
-    o, m = analysis.oracle, analysis.moments
-    se_mu = m.se_mu_prompt if math.isfinite(m.se_mu_prompt) else m.se_mu
+    o, mu = analysis.oracle, _mu(analysis.moments)
     slope = Interval(o.slope, o.slope_se)
-    inv = Interval(1.0 / m.mu, se_mu / m.mu ** 2)
-    r = o.slope * m.mu
-    ratio = Interval(r, abs(r) * math.sqrt((o.slope_se / o.slope) ** 2 + (se_mu / m.mu) ** 2)
+    inv = Interval(1.0 / mu.value, mu.se / mu.value ** 2)
+    r = o.slope * mu.value
+    ratio = Interval(r, abs(r) * math.sqrt((o.slope_se / o.slope) ** 2 + (mu.se / mu.value) ** 2)
                      if o.slope else float("nan"))
     if not math.isfinite(ratio.se):
         verdict = "not decided (no interval)"

@@ -31,11 +31,8 @@ def default_pair_status(precision: str = "fp32") -> tuple[bool, str]:
         return False, f"real-model stack not importable ({type(exc).__name__}: {exc})"
     try:
         names = (asset_models.DEFAULT_TARGET, asset_models.DEFAULT_DRAFT)
-        if precision == "fp32":
-            missing = [name for name in names if not asset_models.is_converted(name)]
-        else:
-            missing = [name for name in names if not (check_converted(name, precision=precision).usable
-                                                      or is_installed(get_packaged_model(name)))]
+        missing = [name for name in names if not (check_converted(name, precision=precision).usable or (
+            precision != "fp32" and is_installed(get_packaged_model(name))))]
     except Exception as exc:  # noqa: BLE001 - a damaged cache must not crash the toy parts
         return False, f"could not check the model cache ({type(exc).__name__}: {exc})"
     if missing:

@@ -25,7 +25,7 @@ from .journal import PartialResults, no_journal
 from .llm import PromptContext
 from .moments import MomentSample
 from .records import Stage
-from .stats import cluster_mean_se, mean_se
+from .stats import cluster_mean_se, fit_log_slope, mean_se
 
 __all__ = ["OraclePosition", "OracleSD", "OracleSDRow", "OracleValues", "SDRun", "TreeRead", "choose_positions",
            "contexts_at", "oracle_sd", "oracle_tree_at", "oracle_values"]
@@ -98,9 +98,7 @@ class OracleValues:
         cols = cols if len(cols) >= 2 else list(range(len(caps)))
         self.slope_capacities = [caps[j] for j in cols]
         if n and len(cols) >= 2 and len(samples) == n:
-            x = np.log(np.asarray(self.slope_capacities, dtype=np.float64))
-            x = x - x.mean()
-            slopes = (arr[:, cols] * x).sum(axis=1) / (x * x).sum()      # least squares, one per position
+            slopes = [fit_log_slope(self.slope_capacities, row) for row in arr[:, cols]]   # one per position
             self.slope, self.slope_se = cluster_mean_se(slopes, samples)
         self.reads_total = int(sum(p.reads for p in self.positions))
         self.seconds_total = float(sum(p.seconds for p in self.positions))

@@ -3,10 +3,15 @@ intervals, running averages and log-slopes. NumPy only; NaN where a quantity is 
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
-__all__ = ["cluster_bootstrap_interval", "cluster_mean_se", "fit_log_slope", "mean_se", "ratio_se",
+__all__ = ["Z95", "cluster_bootstrap_interval", "cluster_mean_se", "fit_log_slope", "mean_se", "ratio_se",
            "running_checkpoints", "sign_test_p", "wilson_interval", "z_score"]
+
+
+#: The two-sided 95% normal quantile.
+Z95 = 1.959963984540054
 
 
 def mean_se(values) -> tuple[float, float]:
@@ -32,7 +37,7 @@ def ratio_se(numerators, denominators) -> tuple[float, float]:
     return float(ratio), float(se)
 
 
-def wilson_interval(successes: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (successes may be fractional: ties count ½)."""
     if n <= 0:
         return float("nan"), float("nan")
