@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from .errors import SpecboundError
 
-__all__ = ["DEFAULT_DRAFT_ENGINE", "DEFAULT_TARGET_PRECISION", "DRAFT_ENGINES", "TARGET_PRECISIONS", "check_draft_engine",
-           "check_precision", "resolve_draft_engine"]
+__all__ = ["DEFAULT_DRAFT_ENGINE", "DEFAULT_DRAFT_QUANT", "DEFAULT_TARGET_PRECISION", "DRAFT_ENGINES", "DRAFT_QUANTS",
+           "TARGET_PRECISIONS", "check_draft_engine", "check_draft_quant", "check_precision", "resolve_draft_engine"]
 
 #: What ``--target-precision`` accepts: the fp32 model (oneDNN-prepacked) or its int8 quantisation
 #: (:mod:`specbound.models.int8`), a different target with respect to which decoding is lossless.
@@ -16,6 +16,12 @@ DEFAULT_TARGET_PRECISION = "int8"
 #: here: docs/results/profile), else PyTorch.
 DRAFT_ENGINES = ("auto", "torch", "llamacpp")
 DEFAULT_DRAFT_ENGINE = "auto"
+#: The weights of a draft run on llama.cpp: "q4_0" = its GGUF re-quantised once to q4_0 and cached
+#: (llama.cpp's repacked CPU kernels: ~half the time per drafted token of the packaged q5_0-heavy file,
+#: a few percent less acceptance; :mod:`specbound.models.requant`), "file" = the GGUF as it ships.
+#: The draft only proposes, so neither changes the output law.
+DRAFT_QUANTS = ("q4_0", "file")
+DEFAULT_DRAFT_QUANT = "q4_0"
 
 
 def check_precision(precision: str) -> str:
@@ -28,6 +34,12 @@ def check_draft_engine(engine: str) -> str:
     if engine not in DRAFT_ENGINES:
         raise SpecboundError(f"draft engine must be one of {', '.join(DRAFT_ENGINES)}, got {engine!r}")
     return engine
+
+
+def check_draft_quant(quant: str) -> str:
+    if quant not in DRAFT_QUANTS:
+        raise SpecboundError(f"draft quantisation must be one of {', '.join(DRAFT_QUANTS)}, got {quant!r}")
+    return quant
 
 
 def resolve_draft_engine(engine: str) -> str:

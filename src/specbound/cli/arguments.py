@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 
 from ..errors import SpecboundError
 
-__all__ = ["at_least", "int_list", "name_list", "positive_threads"]
+__all__ = ["add_draft_quant", "at_least", "int_list", "name_list", "positive_threads"]
 
 
 def int_list(minimum: int | None = None) -> Callable[[str], list[int]]:
@@ -59,3 +59,13 @@ def at_least(args, minimum: int, *names: str) -> None:
 def positive_threads(args) -> None:
     """``--threads`` of the studies: None (torch's choice) or >= 1."""
     at_least(args, 1, "threads")
+
+
+def add_draft_quant(p) -> None:
+    """``--draft-quant``: the weights of a draft run on llama.cpp (``specbound.options.DRAFT_QUANTS``)."""
+    from ..options import DEFAULT_DRAFT_QUANT, DRAFT_QUANTS
+
+    p.add_argument("--draft-quant", default=DEFAULT_DRAFT_QUANT, choices=list(DRAFT_QUANTS),
+                   help="weights of a draft on llama.cpp: q4_0 (the default: its GGUF re-quantised once and "
+                        "cached, ~half the time per drafted token here, a few percent less acceptance) or file "
+                        "(the GGUF as shipped); the draft only proposes, so the output law is the same")

@@ -5,7 +5,7 @@ import contextlib
 import sys
 
 from ..errors import SpecboundError
-from .arguments import at_least, int_list, name_list
+from .arguments import add_draft_quant, at_least, int_list, name_list
 
 HELP = ("specbound vs HF generate / assisted (fp32 and the same int8 draft) / prompt lookup, on held-out "
         "prompts, interleaved in one process")
@@ -27,6 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--modes", default="greedy", help=f"comma list of {', '.join(MODES)} (sampled: T=1, top-k 50)")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma list of " + ", ".join(BENCH_METHODS) + f" (default: {','.join(DEFAULT_METHODS)})")
+    add_draft_quant(p)
     p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
                    help="the torch target every torch method uses (HF peers and specbound alike)")
     p.add_argument("--seed", type=int, default=0)
@@ -117,7 +118,7 @@ def _batched(args, gammas, prompts, out) -> int:
     console = Console(stderr=True)
     config = BatchedConfig(prompt_set=args.prompt_set, offset=args.offset, n_prompts=len(prompts),
                            tokens=args.max_new_tokens, batches=tuple(args.batch), gammas=gammas)
-    pair = PairSpec(args.target, args.draft, args.target_precision)
+    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant)
     status = console.status("loading models (first use converts the packaged weights, a few minutes)…")
     with status:
         result = run(config, pair, progress=lambda text: status.update(f"batched requests: {text}"),
@@ -183,10 +184,11 @@ def _bench(args, config, out) -> int:
     fingerprint = to_jsonable(config)
     if config.seeds == 1:
         fingerprint.pop("seeds", None)      # a one-seed run's units do not depend on --seeds
-    pair = PairSpec(args.target, args.draft, args.target_precision)
+    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant)
     journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": pair.target or DEFAULT_TARGET,
                                                   "target_precision": pair.target_precision,
-                                                  "draft": pair.draft or DEFAULT_DRAFT}, resume=args.resume)
+                                                  "draft": pair.draft or DEFAULT_DRAFT,
+                                                  "draft_quant": pair.draft_quant}, resume=args.resume)
     result = run(config, pair, journal, progress=not args.no_progress,
                  loading=lambda: console.status("loading models (first use converts the packaged weights, a few "
                                                 "minutes)…"))

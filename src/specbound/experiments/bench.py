@@ -18,7 +18,9 @@ Methods (all decode exactly ``max_new_tokens`` tokens, EOS ignored, timings incl
   ``llama_decode`` (arg-max / sampling in torch, no llama-cpp-python sampler chain): the fastest
   plain llama.cpp decoding reachable from Python here, reported so that no peer is under-stated;
 * ``specbound-chain-lcdraft`` / ``specbound-tree-lcdraft`` — specbound with the draft's GGUF on
-  llama.cpp feeding the torch target (mixed backends).
+  llama.cpp feeding the torch target (mixed backends), its weights as ``generate`` reads them
+  (``PairSpec.draft_quant``, default q4_0: re-quantised once, :mod:`specbound.models.requant`);
+* ``specbound-chain-lcdraft-file`` — the same with the draft's GGUF file as it ships.
 
 Every method reports end-to-end tok/s and decode tok/s (prefill excluded: tokens after the first
 over the time after the first token for the peers; new tokens over total − prefill for specbound).
@@ -48,7 +50,7 @@ import torch
 
 from ..decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from ..models.tokens import stop_token_ids
-from ..options import DEFAULT_TARGET_PRECISION
+from ..options import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_PRECISION
 from ..seeds import derive_seed
 
 __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "PairSpec", "load_models",
@@ -56,12 +58,14 @@ __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun
 
 BENCH_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                  "hf-lookup", "specbound-plain", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft",
-                 "specbound-tree-lcdraft")
+                 "specbound-tree-lcdraft", "specbound-chain-lcdraft-file")
 #: What ``specbound bench`` runs unless told otherwise (the rest on request: they add time, not information)
 DEFAULT_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                    "specbound-chain", "specbound-tree", "specbound-chain-lcdraft")
-SPECBOUND_METHODS = ("specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
-LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "specbound-chain-lcdraft", "specbound-tree-lcdraft")
+SPECBOUND_METHODS = ("specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft",
+                     "specbound-chain-lcdraft-file")
+LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "specbound-chain-lcdraft", "specbound-tree-lcdraft",
+                    "specbound-chain-lcdraft-file")
 MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0, top_k=50)}
 ASSISTED_INT8 = ("hf-assisted-int8", "hf-assisted-int8-heuristic")
 
@@ -81,11 +85,12 @@ class BenchConfig:
 @dataclass
 class PairSpec:
     """The pair a benchmark loads (``bench``, ``bench --batch``): packaged names or directories (None: the
-    packaged default), the torch target at ``target_precision``."""
+    packaged default), the torch target at ``target_precision``, a llama.cpp draft's weights ``draft_quant``."""
 
     target: str | None = None
     draft: str | None = None
     target_precision: str = DEFAULT_TARGET_PRECISION
+    draft_quant: str = DEFAULT_DRAFT_QUANT
 
 
 @dataclass
@@ -227,6 +232,8 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, gamma="auto")
     if method == "specbound-tree-lcdraft":
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, tree="auto")
+    if method == "specbound-chain-lcdraft-file":
+        return _specbound(target, models["draft_llamacpp_file"], ids, n, sampling, seed, gamma="auto")
     if method == "llamacpp-plain":
         return _llamacpp_plain(models["llamacpp_target"], ids, n, sampling)
     if method in ("llamacpp-plain-raw", "specbound-plain"):
@@ -305,8 +312,11 @@ def load_models(methods, pair: PairSpec) -> dict:
     if "hf-assisted-fp32" in methods:
         models["draft_fp32"] = load_model(draft_name, progress=False)
     if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft"}:
-        models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False)
+        models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False, quant=pair.draft_quant)
         check_same_tokenizer(target, models["draft_llamacpp"])
+    if "specbound-chain-lcdraft-file" in methods:
+        models["draft_llamacpp_file"] = load_gguf_model(draft_name, progress=False)
+        check_same_tokenizer(target, models["draft_llamacpp_file"])
     if "llamacpp-plain-raw" in methods:
         models["llamacpp_raw"] = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
     if "llamacpp-plain" in methods:

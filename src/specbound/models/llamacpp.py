@@ -472,23 +472,3 @@ class LlamaCppModel(SlotCacheModel):
     def __repr__(self) -> str:
         return (f"LlamaCppModel({self.name!r}, {self.info.kernels}, n_ctx={self.n_ctx}, "
                 f"threads={self.n_threads}, cached={self.cache_length})")
-
-
-def load_gguf_pair(target, draft, progress: bool = True):
-    """A target/draft pair of GGUF files on llama.cpp (packaged names are assembled and verified by
-    :func:`specbound.assets.gguf.gguf_path`; anything else must be a .gguf path), checked to share one
-    vocabulary. Returns (target, draft, paths) — the paths a llama.cpp server would load."""
-    from ..assets.catalog import PACKAGED_MODELS
-    from ..assets.gguf import gguf_path
-
-    paths = {}
-    for role, name in (("target", target), ("draft", draft)):
-        paths[role] = str(gguf_path(name, progress=progress)) if str(name) in PACKAGED_MODELS else str(name)
-    target_model = LlamaCppModel(paths["target"], name=str(target))
-    draft_model = LlamaCppModel(paths["draft"], name=str(draft))
-    if target_model.vocab_size != draft_model.vocab_size:
-        raise SpecboundError(
-            f"vocabulary mismatch: target {target} has {target_model.vocab_size} tokens, draft {draft} has "
-            f"{draft_model.vocab_size}; pick a draft with the target's tokenizer"
-        )
-    return target_model, draft_model, paths

@@ -18,7 +18,8 @@ from .int8 import (
     save_int8,
 )
 from ..options import (
-    DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine, check_precision, resolve_draft_engine,
+    DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine,
+    check_draft_quant, check_precision, resolve_draft_engine,
 )
 
 __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_KERNELS", "TARGET_PRECISIONS", "build_int8",
@@ -107,13 +108,19 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     return wrapped
 
 
-def load_gguf_model(name_or_path, progress: bool = True):
-    """A packaged model's GGUF file (assembled and verified once) or a ``.gguf`` path, on llama.cpp."""
+def load_gguf_model(name_or_path, progress: bool = True, quant: str = "file"):
+    """A packaged model's GGUF file (assembled and verified once) or a ``.gguf`` path, on llama.cpp.
+    ``quant`` other than "file" loads the file re-quantised (drafts only: :mod:`specbound.models.requant`)."""
     from ..assets.gguf import gguf_path
     from .llamacpp import LlamaCppModel
 
+    check_draft_quant(quant)
     path = gguf_path(str(name_or_path), progress=progress) if is_packaged_name(name_or_path) else name_or_path
-    return LlamaCppModel(path, name=str(name_or_path))
+    if quant != "file":
+        from .requant import requantized_gguf
+
+        path = requantized_gguf(path, quant, progress=progress)
+    return LlamaCppModel(path, name=str(name_or_path) if quant == "file" else f"{name_or_path}@{quant}")
 
 
 def check_same_tokenizer(target_model, draft_model) -> None:
@@ -139,18 +146,21 @@ def check_same_tokenizer(target_model, draft_model) -> None:
 
 
 def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = True,
-              draft_int8: bool = False, target_precision: str = "fp32", draft_engine: str = "torch"):
+              draft_int8: bool = False, target_precision: str = "fp32", draft_engine: str = "torch",
+              draft_quant: str = DEFAULT_DRAFT_QUANT):
     """Target and draft (defaults: the embedded Qwen2.5-Coder 1.5B / 0.5B pair), checked to share
     one vocabulary and tokenizer before any decoding starts. ``target_precision`` picks the target
     the user runs (fp32, prepacked; or int8 — lossless SD is with respect to that target);
     ``draft_int8`` quantises a torch draft (lossy for the draft, harmless for the output law);
     ``draft_engine="llamacpp"`` runs the draft's GGUF file on llama.cpp instead (mixed backends:
-    the draft only proposes, so its engine never changes the output law)."""
+    the draft only proposes, so its engine never changes the output law); such a draft's weights are
+    ``draft_quant`` ("q4_0": re-quantised once for llama.cpp's fastest CPU kernels; "file": as shipped)."""
     check_precision(target_precision)
+    check_draft_quant(draft_quant)
     draft_engine = resolve_draft_engine(draft_engine)
     target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack, precision=target_precision)
     if draft_engine == "llamacpp":
-        draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress)
+        draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress, quant=draft_quant)
     else:
         draft_model = load_model(draft or DEFAULT_DRAFT, progress, prepack=prepack, int8=draft_int8, invariant=False)
     check_same_tokenizer(target_model, draft_model)
@@ -158,25 +168,27 @@ def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = Tr
 
 
 def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True, target_precision: str = "fp32",
-                     draft_engine: str | None = None):
+                     draft_engine: str | None = None, draft_quant: str = DEFAULT_DRAFT_QUANT):
     """Target and draft on ``engine`` — "torch" (oneDNN-prepacked fp32 or int8 target; int8 draft,
     or the draft's GGUF on llama.cpp with ``draft_engine="llamacpp"``) or "llamacpp" (both GGUF
-    files, read directly) — plus the model paths a serving engine would load."""
+    files, read directly) — plus the model paths a serving engine would load. A draft on llama.cpp
+    reads ``draft_quant`` weights (see :func:`load_pair`)."""
     if engine == "torch":
         target_model, draft_model = load_pair(target, draft, progress, draft_int8=True,
-                                              target_precision=target_precision, draft_engine=draft_engine or "torch")
+                                              target_precision=target_precision, draft_engine=draft_engine or "torch",
+                                              draft_quant=draft_quant)
         paths = {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False, precision=target_precision,
                                              builder=build_int8))}
         if resolve_draft_engine(draft_engine or "torch") == "torch":
             paths["draft"] = str(resolve_model(draft or DEFAULT_DRAFT, progress=False, precision="int8",
                                                builder=build_int8))
         paths.update(_packaged_gguf_paths(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT))
-        paths.setdefault("draft", paths.get("draft_gguf") or str(getattr(draft_model, "path", draft or DEFAULT_DRAFT)))
+        paths.setdefault("draft", str(getattr(draft_model, "path", None) or paths.get("draft_gguf")
+                                      or draft or DEFAULT_DRAFT))
         return target_model, draft_model, paths
     if engine == "llamacpp":
-        from .llamacpp import load_gguf_pair
-
-        return load_gguf_pair(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, progress=progress)
+        return load_gguf_pair(target or DEFAULT_TARGET, draft or DEFAULT_DRAFT, progress=progress,
+                              draft_quant=draft_quant)
     raise SpecboundError(f"engine must be 'torch' or 'llamacpp', got {engine!r}")
 
 
@@ -190,3 +202,17 @@ def _packaged_gguf_paths(target, draft) -> dict:
                 "draft_gguf": str(gguf_path(str(draft), progress=False))}
     except SpecboundError:
         return {}
+
+
+def load_gguf_pair(target, draft, progress: bool = True, draft_quant: str = "file"):
+    """A target/draft pair of GGUF files on llama.cpp (:func:`load_gguf_model`: the draft's weights
+    ``draft_quant``), checked to share one vocabulary. Returns (target, draft, paths) — the paths a
+    llama.cpp server would load."""
+    target_model = load_gguf_model(target, progress)
+    draft_model = load_gguf_model(draft, progress, quant=draft_quant)
+    if target_model.vocab_size != draft_model.vocab_size:
+        raise SpecboundError(
+            f"vocabulary mismatch: target {target} has {target_model.vocab_size} tokens, draft {draft} has "
+            f"{draft_model.vocab_size}; pick a draft with the target's tokenizer"
+        )
+    return target_model, draft_model, {"target": str(target_model.path), "draft": str(draft_model.path)}
