@@ -233,6 +233,34 @@ def test_outlier_channels_apart_are_batch_invariant_and_more_accurate():
         torch.testing.assert_close(clone(x), together, rtol=0, atol=0)
 
 
+def test_sixteen_outlier_channels_sum_exactly_and_batch_invariantly():
+    """The outlier group's product is integer arithmetic in float32: it equals the same sum taken in
+    float64, and a row's output does not depend on how many rows share the call. (A plain float32
+    GEMM of this shape is NOT batch-invariant on x86: its blocking changes with the row count.)"""
+    torch.manual_seed(3)
+    linear = nn.Linear(256, 2048)
+    x = torch.randn(17, 256, generator=torch.Generator().manual_seed(4))
+    picked = torch.randperm(256, generator=torch.Generator().manual_seed(5))[:16]
+    x[:, picked] *= 50.0
+    layer = Int8Linear.from_linear(linear, outliers=picked)
+    xo = x.index_select(1, layer.outliers)
+    with torch.inference_mode():
+        got = layer._exact_outliers(xo)
+        m = xo.abs().amax(1, keepdim=True).double()
+        steps = torch.round(xo.double() * (127.0 / m))
+        acc = steps @ layer.qweight_outliers.double().t()
+        assert float(acc.abs().max()) < 2 ** 24
+        want = (acc.float() * (m.float() * (1.0 / 127.0)) * layer.scale_outliers)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        together = layer(x)
+        for k in (1, 2, 3, 5, 8, 13, 16):
+            torch.testing.assert_close(layer(x[:k]), together[:k], rtol=0, atol=0)
+        torch.testing.assert_close(layer(x[9:10]), together[9:10], rtol=0, atol=0)
+    with pytest.raises(SpecboundError, match="outlier channels keep their products exact"):
+        Int8Linear(layer.qweight, layer.scale, outliers=torch.arange(1100),
+                   qweight_outliers=torch.zeros(2048, 1100, dtype=torch.int8), scale_outliers=layer.scale_outliers)
+
+
 def test_outlier_layers_round_trip_through_the_file(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 

@@ -22,15 +22,18 @@ from ..options import (
     check_draft_quant, check_precision, resolve_draft_engine,
 )
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_KERNELS", "TARGET_PRECISIONS", "build_int8",
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_KERNELS", "INT8_RECIPE", "TARGET_PRECISIONS", "build_int8",
            "check_draft_engine", "check_precision", "check_same_tokenizer", "load_engine_pair", "load_gguf_model",
            "load_model", "load_pair"]
 
 #: Input channels of largest calibrated activation read in a group of their own, per layer
 #: (docs/results/fidelity: of 4, 8 and 16, 16 came closest to fp32; all three within about 1 SE).
 INT8_OUTLIERS = 16
-#: Kernel name of int8 models (part of the cost-cache key, of the int8 cache's recipe, of every report).
-INT8_KERNELS = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_OUTLIERS} outlier channels apart)"
+#: How the cached int8 weights were made (the int8 cache's recipe: another recipe rebuilds the cache).
+INT8_RECIPE = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_OUTLIERS} outlier channels apart)"
+#: Kernel name of int8 models at run time (part of the cost-cache key and of every report): the recipe's
+#: weights, the outlier channels' products exact in float32 (:meth:`Int8Linear._exact_outliers`).
+INT8_KERNELS = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_OUTLIERS} outlier channels apart, exact)"
 
 
 def quantize_target(model, tokenizer):
@@ -45,8 +48,8 @@ def build_int8(model, tokenizer, directory) -> dict:
     """Quantise a float model (:func:`quantize_target`) and write it into ``directory``; the builder
     the int8 model cache uses. Returns what the cache marker records."""
     quantize_target(model, tokenizer)
-    save_int8(model, tokenizer, directory, info={"kernels": INT8_KERNELS})
-    return {"kernels": INT8_KERNELS}
+    save_int8(model, tokenizer, directory, info={"kernels": INT8_RECIPE})
+    return {"kernels": INT8_RECIPE}
 
 
 def _int8_directory(name, progress: bool):
@@ -56,7 +59,7 @@ def _int8_directory(name, progress: bool):
         recipe = read_int8_description(directory).get("kernels")
     except SpecboundError:
         recipe = None
-    if recipe != INT8_KERNELS:
+    if recipe != INT8_RECIPE:
         from ..assets.convert import convert_packaged_model
 
         if progress:
