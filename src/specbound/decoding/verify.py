@@ -32,6 +32,7 @@ import torch
 
 from ..errors import SpecboundError
 from ..theory.tradeoff import OVER_ACCEPTANCE_FORMS
+from .sampling import sample_from
 from .tree import DraftTree
 
 __all__ = [
@@ -334,7 +335,7 @@ def _draw(law: torch.Tensor, generator) -> int:
     top, index = law.max(dim=-1)
     if float(top) == 1.0:
         return int(index)
-    return int(torch.multinomial(law, 1, generator=generator))
+    return int(sample_from(law, generator))
 
 
 def verify(tree: DraftTree, target_probs: torch.Tensor, law_mask: torch.Tensor | None = None,

@@ -19,7 +19,7 @@ import torch
 from ...errors import SpecboundError, positive_int
 from ...models.base import LanguageModel
 from ..policy import DraftBudget
-from ..sampling import SamplingConfig, logits_to_probs
+from ..sampling import SamplingConfig, logits_to_probs, sample_from
 from ..tree import DraftTree
 from .base import DraftCache, Drafter, RoundFeedback
 from .chain import confidence_config
@@ -241,7 +241,7 @@ class SampledTreeDrafter(_ModelTreeDrafter):
                 k = min(b, cap - len(tokens))
                 if k <= 0:
                     break
-                for t in torch.multinomial(laws[u], k, replacement=True, generator=generator).tolist():
+                for t in sample_from(laws[u], generator, k).tolist():
                     nxt.append(len(tokens))
                     tokens.append(int(t))
                     parents.append(u)
