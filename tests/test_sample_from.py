@@ -70,3 +70,25 @@ def test_the_chi_square_check_rejects_a_slightly_biased_sampler():
     g = torch.Generator().manual_seed(1)
     draws = torch.cat([sample_from(biased.expand(500, -1), g) for _ in range(40)]).numpy()
     assert chi_square_pvalue(draws, _np(law)) < 1e-3
+
+
+def _nucleus_by_full_sort(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Reference: sort the whole vocabulary, keep the smallest prefix whose mass reaches top_p."""
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    keep_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) < top_p
+    return torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+
+
+def test_top_p_from_the_head_of_the_order_equals_a_full_sort():
+    """The nucleus found by sorting only the most probable tokens (64, 512, … of them) is the one a
+    full sort finds — for peaked rows (found in the first 64) and flat rows (needing the whole order)."""
+    from specbound.decoding.sampling import _outside_top_p
+
+    g = torch.Generator().manual_seed(6)
+    for scale in (0.05, 1.0, 4.0, 12.0):                 # from nearly uniform to one dominant token
+        logits = torch.randn(3, 20_000, generator=g, dtype=torch.float64) * scale
+        probs = torch.softmax(logits, dim=-1)
+        for top_p in (0.1, 0.5, 0.9, 0.999):
+            kept = ~_outside_top_p(probs, top_p)
+            assert torch.equal(kept, _nucleus_by_full_sort(probs, top_p)), (scale, top_p)
+            assert bool((probs * kept).sum(-1).ge(top_p - 1e-12).all())
