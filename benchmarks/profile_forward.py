@@ -128,6 +128,8 @@ def main(argv=None) -> int:
             models[f"{name} (HF forward, DynamicCache)"] = HFModel(models[name].model, name=name)
     try:
         models["draft Q4_K_M (llama.cpp)"] = load_gguf_model(DEFAULT_DRAFT, progress=False)
+        models["draft q4_0 (llama.cpp, --draft-quant q4_0)"] = load_gguf_model(DEFAULT_DRAFT, progress=False,
+                                                                             quant="q4_0")
         models["target Q4_K_M (llama.cpp)"] = load_gguf_model(DEFAULT_TARGET, progress=False)
     except Exception as exc:  # noqa: BLE001 - llama.cpp is optional here
         print(f"llama.cpp models skipped: {exc}", file=sys.stderr)
