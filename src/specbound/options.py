@@ -11,9 +11,9 @@ __all__ = ["DEFAULT_DRAFT_ENGINE", "DEFAULT_DRAFT_QUANT", "DEFAULT_TARGET_PRECIS
 TARGET_PRECISIONS = ("fp32", "int8")
 #: The packaged pair's default target (README and docs/results/fidelity say why).
 DEFAULT_TARGET_PRECISION = "int8"
-#: Where the draft may run: PyTorch (int8 or fp32), llama.cpp (the packaged GGUF as it ships), or
-#: "auto": llama.cpp when llama-cpp-python is installed (its Q4_K_M draft forward is the cheapest
-#: here: docs/results/profile), else PyTorch.
+#: Where the draft may run: PyTorch (int8 or fp32), llama.cpp (the packaged GGUF, weights per
+#: ``DRAFT_QUANTS``), or "auto": llama.cpp when llama-cpp-python is installed (its q4_0 draft forward
+#: is the cheapest here: docs/results/profile), else PyTorch.
 DRAFT_ENGINES = ("auto", "torch", "llamacpp")
 DEFAULT_DRAFT_ENGINE = "auto"
 #: The weights of a draft run on llama.cpp: "q4_0" = its GGUF re-quantised once to q4_0 and cached
