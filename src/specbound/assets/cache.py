@@ -31,12 +31,14 @@ __all__ = [
     "cache_root",
     "is_temporary",
     "is_write_error",
+    "make_readable",
     "make_staging_dir",
     "manifest_problems",
     "not_writable",
     "read_manifest",
     "remove_stale_staging",
     "sha256_file",
+    "swap_into_place",
     "writable_dir",
     "write_manifest",
 ]
@@ -147,6 +149,27 @@ def atomic_write_json(path: Path, obj) -> None:
 def make_staging_dir(parent: Path, name: str) -> Path:
     """A fresh hidden directory ``parent/.NAME.tmp-PID-XXXX`` to build ``parent/NAME`` in."""
     return Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-", dir=parent))
+
+
+def make_readable(directory: Path) -> None:
+    """Give a staging directory (created 0700 by mkdtemp) and its files the modes of its parent (umask-made)."""
+    dir_mode = directory.parent.stat().st_mode & 0o777
+    os.chmod(directory, dir_mode)
+    for path in directory.iterdir():
+        if path.is_file():
+            os.chmod(path, dir_mode & 0o666)
+
+
+def swap_into_place(staging: Path, final: Path) -> None:
+    """Rename a finished staging directory to ``final``; an existing ``final`` is first renamed to a
+    hidden sibling, then deleted (a reader never sees a half-removed directory under the final name)."""
+    if final.exists():
+        trash = make_staging_dir(final.parent, final.name)
+        os.replace(final, trash / final.name)
+        os.replace(staging, final)
+        shutil.rmtree(trash, ignore_errors=True)
+        return
+    os.replace(staging, final)
 
 
 def _pid_alive(pid: int) -> bool:

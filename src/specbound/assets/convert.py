@@ -15,7 +15,6 @@ have the marker but no manifest ("legacy"); :func:`upgrade_legacy` validates and
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -28,11 +27,13 @@ from .cache import (
     atomic_write_json,
     cache_root,
     is_write_error,
+    make_readable,
     make_staging_dir,
     manifest_problems,
     not_writable,
     read_manifest,
     remove_stale_staging,
+    swap_into_place,
     writable_dir,
     write_manifest,
 )
@@ -225,30 +226,15 @@ def _write_marker(directory: Path, model: PackagedModel, seconds: float, precisi
     })
 
 
-def _make_readable(directory: Path) -> None:
-    """Give the staging directory (created 0700 by mkdtemp) the modes of its parent (umask-made)."""
-    dir_mode = directory.parent.stat().st_mode & 0o777
-    os.chmod(directory, dir_mode)
-    for path in directory.iterdir():
-        if path.is_file():
-            os.chmod(path, dir_mode & 0o666)
-
-
 def _move_into_place(staging: Path, final: Path, name: str, *, replace: bool, precision: str = "fp32") -> None:
     """Rename a finished staging directory to ``final``.
 
     A healthy conversion that another process finished meanwhile is kept unless ``replace``; an
-    existing damaged or replaced one is first renamed to a hidden sibling, then deleted.
+    existing damaged or replaced one is swapped out (:func:`~specbound.assets.cache.swap_into_place`).
     """
-    if final.exists():
-        if not replace and check_converted(name, precision=precision).state == "ok":
-            return
-        trash = make_staging_dir(final.parent, name)
-        os.replace(final, trash / name)
-        os.replace(staging, final)
-        shutil.rmtree(trash, ignore_errors=True)
+    if final.exists() and not replace and check_converted(name, precision=precision).state == "ok":
         return
-    os.replace(staging, final)
+    swap_into_place(staging, final)
 
 
 def convert_packaged_model(name: str, *, force: bool = False, progress: bool = True, precision: str = "fp32",
@@ -314,7 +300,7 @@ def convert_packaged_model(name: str, *, force: bool = False, progress: bool = T
             raise SpecboundError(f"converting {name} produced an unusable directory: {'; '.join(problems)}")
         _log(f"{name}: recording sizes and sha256 of the converted files", progress)
         write_manifest(staging, info=_manifest_info(model, "conversion"))
-        _make_readable(staging)
+        make_readable(staging)
         _move_into_place(staging, final, name, replace=force, precision=precision)
     except OSError as exc:
         if is_write_error(exc):

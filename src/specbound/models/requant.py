@@ -26,11 +26,13 @@ from ..assets.cache import (
     CacheCorrupt,
     cache_root,
     is_write_error,
+    make_readable,
     make_staging_dir,
     manifest_problems,
     not_writable,
     read_manifest,
     remove_stale_staging,
+    swap_into_place,
     writable_dir,
     write_manifest,
 )
@@ -105,9 +107,8 @@ def requantized_gguf(source, quant: str = "q4_0", progress: bool = True) -> Path
             raise SpecboundError(f"llama.cpp could not re-quantise {str(source)!r} to {quant} (return code {rc})")
         write_manifest(staging, info={"source": str(source), "source_sha256": source_sha, "quant": quant,
                                       "seconds": round(time.perf_counter() - t0, 1)})
-        if directory.exists():
-            shutil.rmtree(directory)
-        staging.rename(directory)
+        make_readable(staging)
+        swap_into_place(staging, directory)
     except OSError as exc:
         if is_write_error(exc):
             raise not_writable(parent, exc) from None
