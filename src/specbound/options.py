@@ -24,22 +24,23 @@ DRAFT_QUANTS = ("q4_0", "file")
 DEFAULT_DRAFT_QUANT = "q4_0"
 
 
+def _one_of(value: str, choices: tuple[str, ...], what: str) -> str:
+    if value not in choices:
+        raise SpecboundError(f"{what} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def check_precision(precision: str) -> str:
-    if precision not in TARGET_PRECISIONS:
-        raise SpecboundError(f"precision must be one of {', '.join(TARGET_PRECISIONS)}, got {precision!r}")
-    return precision
+    """A model's precision (a target's, or a packaged model's cache): one of :data:`TARGET_PRECISIONS`."""
+    return _one_of(precision, TARGET_PRECISIONS, "precision")
 
 
 def check_draft_engine(engine: str) -> str:
-    if engine not in DRAFT_ENGINES:
-        raise SpecboundError(f"draft engine must be one of {', '.join(DRAFT_ENGINES)}, got {engine!r}")
-    return engine
+    return _one_of(engine, DRAFT_ENGINES, "draft engine")
 
 
 def check_draft_quant(quant: str) -> str:
-    if quant not in DRAFT_QUANTS:
-        raise SpecboundError(f"draft quantisation must be one of {', '.join(DRAFT_QUANTS)}, got {quant!r}")
-    return quant
+    return _one_of(quant, DRAFT_QUANTS, "draft quantisation")
 
 
 def resolve_draft_engine(engine: str) -> str:

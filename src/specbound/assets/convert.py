@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelNotAvailable, SpecboundError
+from ..options import check_precision     # fp32 (a Hugging Face directory) or int8 (a builder's quantised model)
 from .cache import (
     CacheCorrupt,
     atomic_write_json,
@@ -57,17 +58,6 @@ MARKER_FILE = "specbound-source.json"
 #: Packages the GGUF -> fp32 conversion needs besides transformers (installed with their light deps).
 #: transformers 5.x refuses ``from_pretrained(..., gguf_file=...)`` without accelerate.
 CONVERTER_PACKAGES: tuple[str, ...] = ("gguf>=0.10.0", "accelerate>=1.0")
-
-
-#: Precisions a packaged model can be cached in: fp32 (a Hugging Face directory) or int8 (a
-#: quantised model written by a builder from the models layer, see specbound.models.int8).
-PRECISIONS = ("fp32", "int8")
-
-
-def check_precision(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise SpecboundError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return precision
 
 
 def converted_dir(name: str, precision: str = "fp32") -> Path:
