@@ -69,6 +69,14 @@ def _quantize_rows(weight: torch.Tensor, per_channel: bool) -> tuple[torch.Tenso
     return q, scale.float()
 
 
+def _row_scales(scale: torch.Tensor, rows: int, name: str) -> torch.Tensor:
+    """``scale`` as a float32 vector of 1 (per-tensor) or ``rows`` (per-channel) values, or a clear error."""
+    scale = scale.detach().float().reshape(-1).clone()
+    if scale.numel() not in (1, rows):
+        raise SpecboundError(f"{name} has {scale.numel()} values for {rows} output rows")
+    return scale
+
+
 class Int8Linear(nn.Module):
     """y = x Wᵀ + b with int8 weights and int8 activations (fbgemm), see the module docstring.
 
@@ -108,18 +116,13 @@ class Int8Linear(nn.Module):
             keep = torch.ones(self.in_features, dtype=torch.bool)
             keep[outliers] = False
             self.outliers, self.keep = outliers.clone(), keep.nonzero().reshape(-1)
-            scale_outliers = scale_outliers.detach().float().reshape(-1).clone()
-            if scale_outliers.numel() not in (1, qweight.shape[0]):
-                raise SpecboundError(f"scale_outliers has {scale_outliers.numel()} values for {qweight.shape[0]} rows")
-            self.scale_outliers = scale_outliers
-            self._qweight_outliers = qweight_outliers.detach().contiguous().clone()
-            self._outlier_columns = self._qweight_outliers.float().t().contiguous()   # [n_out, out], integers
+            self.scale_outliers = _row_scales(scale_outliers, qweight.shape[0], "scale_outliers")
+            # [n_out, out]: the int8 values as floats (integers), read by _exact_outliers
+            self._outlier_columns = qweight_outliers.detach().float().t().contiguous()
 
     def _group(self, qweight: torch.Tensor, scale: torch.Tensor):
         """(scales, fbgemm-packed weight, anchor row) of one column group."""
-        scale = scale.detach().float().reshape(-1).clone()
-        if scale.numel() not in (1, qweight.shape[0]):
-            raise SpecboundError(f"scale has {scale.numel()} values for {qweight.shape[0]} output rows")
+        scale = _row_scales(scale, qweight.shape[0], "scale")
         with warnings.catch_warnings():        # torch deprecates quantized tensors in favour of torchao; the
             warnings.simplefilter("ignore")    # fbgemm kernels they feed are what this CPU path needs
             if scale.numel() == 1:
@@ -162,7 +165,7 @@ class Int8Linear(nn.Module):
 
     @property
     def qweight_outliers(self) -> torch.Tensor | None:
-        return None if self.outliers is None else self._qweight_outliers
+        return None if self.outliers is None else self._outlier_columns.t().to(torch.int8)
 
     @property
     def smooth(self) -> torch.Tensor | None:
