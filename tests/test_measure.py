@@ -43,12 +43,64 @@ def test_dynamic_tree_values_equal_brute_force(temperature):
     from specbound.measure.drafter_values import dynamic_tree_values
 
     target, draft = chain_pair(2, 5, concentration=0.3, noise=0.1, draft_seed=3)
-    values, widths = dynamic_tree_values(ChainModel(target), ChainModel(draft), CONTEXTS, CAPACITIES,
-                                         SamplingConfig(temperature), seed=0)
+    values, widths, _ = dynamic_tree_values(ChainModel(target), ChainModel(draft), CONTEXTS, CAPACITIES,
+                                            SamplingConfig(temperature), seed=0)
     want_values, want_widths = _brute_force(target, draft, CONTEXTS, CAPACITIES, temperature)
     np.testing.assert_allclose(values, want_values, rtol=1e-12, atol=1e-12)
     for got, want in zip(widths, want_widths):
         np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def _greedy_text(target: MarkovChain, start: int, n: int) -> list[int]:
+    out, s = [], start
+    for _ in range(n):
+        s = int(np.argmax(target.transitions[s]))
+        out.append(s)
+    return out
+
+
+def test_greedy_tree_rounds_follow_the_text_round_by_round():
+    """Renewal along the target's greedy text: brute-force best-first top-P trees of the draft at each
+    round start (the heap of _brute_force), accepted depth = the longest tree path spelling the text,
+    next round after it plus one token; the measured function must give the same tokens per round."""
+    from specbound.measure.drafter_values import greedy_tree_rounds
+
+    target, draft = chain_pair(4, 5, concentration=0.3, noise=0.4, draft_seed=7)
+    Q = draft.transitions
+    texts = [([0, 1], _greedy_text(target, 1, 14)), ([3], _greedy_text(target, 3, 9))]
+
+    def top_tree(last: int, P: int, max_depth: int) -> list[tuple]:
+        heap = [(-Q[last, t], (t,)) for t in range(len(Q)) if Q[last, t] > 0]
+        heapq.heapify(heap)
+        chosen = []
+        while heap and len(chosen) < P:
+            negq, path = heapq.heappop(heap)
+            chosen.append(path)
+            if len(path) < max_depth:
+                for t in range(len(Q)):
+                    if Q[path[-1], t] > 0:
+                        heapq.heappush(heap, (negq * Q[path[-1], t], path + (t,)))
+        return chosen
+
+    got = greedy_tree_rounds(ChainModel(draft), texts, CAPACITIES, SamplingConfig(0.0))
+    for j, P in enumerate(CAPACITIES):
+        rounds = tokens = 0
+        for prompt, text in texts:
+            pos = 0
+            while pos < len(text):
+                last = (prompt + text[:pos])[-1]
+                paths = set(top_tree(last, P, len(text) - pos))
+                accepted = 0
+                while accepted < len(text) - pos and tuple(text[pos:pos + accepted + 1]) in paths:
+                    accepted += 1
+                pos, rounds = pos + accepted + 1, rounds + 1
+            tokens += len(text)
+        assert got.values[j] == pytest.approx(tokens / rounds - 1.0, abs=1e-12)
+        reads = got.reads[j]
+        assert reads[1] >= 1.0                                   # the root read, every round
+        if P == 1:                                               # a chain: one token per read
+            assert reads.sum() == pytest.approx(reads[1])
+    assert got.values[0] < got.values[-1]                        # more nodes, more accepted (this pair)
 
 
 def test_positions_evenly_spread_or_drawn_at_random():

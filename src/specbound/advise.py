@@ -11,9 +11,12 @@ Ingredients (all measured here, through the engine; formulas from :mod:`specboun
   :func:`specbound.theory.speedup.greedy_chain_rounds`; acceptance on code comes in bursts, which
   a per-position rate misprices); at T = 1 the per-position acceptance α_i of a drafted chain,
   1 + Σ_i Π_{j≤i} α_j (Leviathan et al. 2023); a draft forward priced as it costs inside a chain;
-* the exact tree value E[X | T_dyn(P)] = Σ_{v∈T} p_target(v) of the dynamic draft tree at sampled
-  positions, for every capacity P (Pankratov & Alistarh 2026, §2), and its level widths (the
-  drafter reads one level per draft call);
+* trees: at greedy, dynamic-tree rounds along the same greedy texts (each round's tree built by the
+  drafter, accepted depth read off the text, the next round after it: renewal-reward as for
+  chains); at T = 1 the exact tree value E[X | T_dyn(P)] = Σ_{v∈T} p_target(v) at sampled positions
+  (Pankratov & Alistarh 2026, §2). Either way the draft calls the drafter of capacity P really makes
+  (one per depth over the nodes among its P best, which at small depths are wider than the final
+  tree) are priced by the draft's cost curve d(k);
 * the optimal tree value E[X | T*(P)] (the target drafting for itself: speed of light of any
   deterministic drafter, §1–§2) and the bound from the target's entropy moments μ, μ₂ (§3);
 
@@ -34,8 +37,8 @@ import numpy as np
 from .decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from .decoding.costs import CostMeasurement, measure_costs
 from .errors import SpecboundError
-from .measure.drafter_values import dynamic_tree_values
-from .measure.moments import MomentSample, measure_moments
+from .measure.drafter_values import dynamic_tree_values, greedy_tree_rounds
+from .measure.moments import measure_moments
 from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .seeds import derive_seed
 from .theory.bounds import MomentEstimate
@@ -185,11 +188,11 @@ def _greedy_matches(draft, texts) -> list[np.ndarray]:
     return out
 
 
-def _tree_draft_seconds(widths: np.ndarray, draft_cost: CostProfile) -> float:
-    """One draft read for the root, then one per depth over the nodes of that depth that have children
-    (the level-batched drafter reads depth d to expand it; the deepest level is not read)."""
-    levels = [w for w in widths[1:] if w > 0]
-    return float(draft_cost(1)) + sum(float(draft_cost(max(1, round(w)))) for w in levels[:-1])
+def _tree_draft_seconds(reads: np.ndarray, draft_cost: CostProfile) -> float:
+    """Σ_k reads[k] · d(k): the draft calls the dynamic-tree drafter of this capacity makes per round
+    (the root re-read, then one call per depth over the nodes of that depth among its P best), each
+    priced by the draft's cost curve."""
+    return sum(float(n) * float(draft_cost(k)) for k, n in enumerate(reads) if k > 0 and n > 0)
 
 
 def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, progress=None) -> Advice:
@@ -217,20 +220,17 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             seconds = run.draft_seconds_per_call * g      # a draft forward as it costs inside a running chain
             chain[g] = Setting(kind="chain", size=g, expected_tokens=tau, draft_seconds=seconds, verified_tokens=g + 1,
                                predicted=float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
-        if sampling.greedy:      # along the target's own greedy texts, where greedy decoding goes
-            texts = [MomentSample(prompt, tokens) for prompt, tokens in run.texts]
-            where = contexts_at(texts, choose_positions(texts, len(contexts), spread="random",
-                                                        seed=derive_seed(config.seed, "advise greedy positions")))
-        else:                    # at the oracle's positions of the target's samples
-            where = contexts
-        values, widths = dynamic_tree_values(target, draft, where, CAPACITIES, sampling,
-                                             derive_seed(config.seed, "advise tree values", mode))
+        if sampling.greedy:      # rounds along the target's own greedy texts, where they really start
+            trees = greedy_tree_rounds(draft, run.texts, CAPACITIES, sampling)
+        else:                    # exact values at the oracle's positions of the target's samples
+            trees = dynamic_tree_values(target, draft, contexts, CAPACITIES, sampling,
+                                        derive_seed(config.seed, "advise tree values", mode))
         tree = {}
         for j, P in enumerate(CAPACITIES):
-            seconds = _tree_draft_seconds(widths[j], draft_cost)
-            tree[P] = Setting(kind="tree", size=P, expected_tokens=1.0 + float(values[j]), draft_seconds=seconds,
-                              verified_tokens=P + 1,
-                              predicted=float(round_speedup(values[j], seconds, verify_cost, P + 1)))
+            seconds = _tree_draft_seconds(trees.reads[j], draft_cost)
+            value = float(trees.values[j])
+            tree[P] = Setting(kind="tree", size=P, expected_tokens=1.0 + value, draft_seconds=seconds,
+                              verified_tokens=P + 1, predicted=float(round_speedup(value, seconds, verify_cost, P + 1)))
         advice = ModeAdvice(mode, alpha, chain, tree)
         if mode == "greedy":      # a greedy target is a point mass: the optimal tree is its arg-max chain
             advice.oracle = {P: float(P) for P in CAPACITIES}

@@ -44,7 +44,10 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                   md_table(["γ", "E[tokens/round]", "draft s/round", "predicted", "measured"],
                            [[str(g), fmt(s.expected_tokens, 2), fmt(s.draft_seconds, 3), _x(s.predicted), _x(s.measured)]
                             for g, s in m.chain.items() if g in (1, 2, 3, 4, 6, 8, 12, 16) or s.measured is not None]),
-                  "", "Dynamic tree (exact E[X | T_dyn(P)] at sampled positions) against the optimal tree and the bound:",
+                  "", ("Dynamic tree (tokens per round of its rounds along the target's greedy texts; draft reads "
+                       "priced by d(k)) against the optimal tree:" if mode == "greedy" else
+                       "Dynamic tree (exact E[X | T_dyn(P)] at sampled positions; draft reads priced by d(k)) "
+                       "against the optimal tree and the bound:"),
                   "", md_table(["P", "1 + E[X]", "draft s/round", "predicted", "measured", "1 + E[X*] (oracle)",
                                 "speed of light", "bound speed-up"],
                                [[str(P), fmt(s.expected_tokens, 2), fmt(s.draft_seconds, 3), _x(s.predicted),

@@ -4,8 +4,8 @@
   P ≤ P_max, for the engine's dynamic tree drafter (deterministic: running sums of p_target(v) in
   best-first order) and its sampled-chain drafter (acceptance coins integrated out);
 * :func:`drafter_values` — that at the oracle's positions, journalled (the studies);
-* :func:`dynamic_tree_values` — the dynamic tree's mean value and level widths at given contexts
-  (``specbound advise``);
+* :func:`dynamic_tree_values` — the dynamic tree's mean value, level widths and draft reads at given
+  contexts, and :func:`greedy_tree_rounds` — the same per round along greedy texts (``specbound advise``);
 * :func:`drafter_runs` — τ(P), tokens per target call, of tree SD with a real drafter, through
   :func:`~specbound.decoding.speculative_decode`;
 * :func:`measure_target_costs` — t(k), seconds of a target pass over k new tokens.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -30,7 +31,8 @@ from .oracle import contexts_at
 from .records import Stage
 
 __all__ = ["DrafterExact", "DrafterRun", "DrafterRuns", "DrafterValues", "ExactAt", "drafter_runs",
-           "drafter_values", "drafter_values_at", "dynamic_tree_values", "measure_target_costs"]
+           "TreeValues", "accepted_along", "drafter_values", "drafter_values_at", "dynamic_tree_values",
+           "greedy_tree_rounds", "measure_target_costs"]
 
 EXACT_KINDS = ("dynamic", "chain")
 
@@ -107,19 +109,55 @@ def _chain_at(target, draft, context, capacity, config, generator, before) -> Ex
                    list(range(1, len(tokens) + 1)))
 
 
+class TreeValues(NamedTuple):
+    """Per capacity P (index j of ``capacities``): ``values[j]`` — mean E[X | T_dyn(P)] (greedy along
+    texts: mean accepted drafted tokens per round); ``widths[j][d]`` — mean nodes at depth d of the
+    tree; ``reads[j][k]`` — mean draft calls reading k tokens per proposal (the root re-read included),
+    which is what drafting the tree costs: Σ_k reads[j][k] · d(k)."""
+
+    values: np.ndarray
+    widths: list[np.ndarray]
+    reads: list[np.ndarray]
+
+
+def _read_counts(reads: list[tuple[int, float]], size: int) -> np.ndarray:
+    counts = np.zeros(size + 1)
+    for k, _ in reads:
+        counts[min(int(k), size)] += 1
+    return counts
+
+
+def _propose_reads(draft, context: list[int], capacity: int, rank: SamplingConfig, generator,
+                   max_depth: int | None = None):
+    """One dynamic-tree proposal of capacity P at ``context`` (draft cache at a prefix of it) and the
+    widths of the draft calls it made; the draft's cache is left as it was found."""
+    before = draft.cache_length
+    drafter = DynamicTreeDrafter(draft, rank, capacity)
+    try:
+        tree = drafter.propose(context, capacity if max_depth is None else max_depth, generator)
+        reads = list(drafter.cache.reads)
+    finally:
+        drafter.abandon()
+        draft.crop(min(before, draft.cache_length))
+    return tree, reads
+
+
 def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sampling: SamplingConfig,
-                        seed: int = 0) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Mean exact E[X | T_dyn(P)] over ``contexts`` for every P in ``capacities`` and the mean level
-    widths of T_dyn(P) (``widths[j][d]``: nodes at depth d of the tree of capacity ``capacities[j]``),
-    by :func:`drafter_values_at` at each context (context c draws from ``derive_seed(seed, "dynamic tree
-    values", c)``). At greedy the tree is ranked by the draft's temperature-1 law (a one-hot law ranks
-    no alternatives) while the target's laws stay greedy."""
+                        seed: int = 0) -> TreeValues:
+    """Mean exact E[X | T_dyn(P)] over ``contexts`` for every P in ``capacities``, the mean level
+    widths of T_dyn(P) and the draft reads of the drafter of capacity P (:class:`TreeValues`), by
+    :func:`drafter_values_at` at each context (context c draws from ``derive_seed(seed, "dynamic tree
+    values", c)``). The best-first tree is nested, so one tree of the largest P gives every value;
+    the reads differ per P (the drafter reads the nodes of each depth that rank among ITS P best), so
+    each P proposes once more, draft only. At greedy the tree is ranked by the draft's temperature-1
+    law (a one-hot law ranks no alternatives) while the target's laws stay greedy."""
     caps = [int(c) for c in capacities]
     pmax = max(caps)
     values = np.zeros((len(contexts), len(caps)))
     widths = [np.zeros(pmax + 1) for _ in caps]
+    reads = [np.zeros(pmax + 1) for _ in caps]
     t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
-    rank = SamplingConfig(1.0, sampling.top_k, sampling.top_p) if sampling.greedy else sampling
+    rank = _rank_config(sampling)
     for c, context in enumerate(contexts):
         t_ctx.set(context)
         d_ctx.set(context)
@@ -131,9 +169,69 @@ def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sa
             values[c, j] = at.running[n - 1] if n else 0.0
             for d in at.depths[:n]:
                 widths[j][d] += 1
+            reads[j] += _read_counts(_propose_reads(draft, context, P, rank, generator)[1], pmax)
     target.reset()
     draft.reset()
-    return values.mean(axis=0), [w / max(len(contexts), 1) for w in widths]
+    n = max(len(contexts), 1)
+    return TreeValues(values.mean(axis=0), [w / n for w in widths], [r / n for r in reads])
+
+
+def _rank_config(sampling: SamplingConfig) -> SamplingConfig:
+    return SamplingConfig(1.0, sampling.top_k, sampling.top_p) if sampling.greedy else sampling
+
+
+def accepted_along(tree, text: list[int]) -> int:
+    """Drafted tokens a greedy target accepts from ``tree`` when its next tokens are ``text``: the
+    depth of the deepest root path of the tree that spells a prefix of ``text``."""
+    children = tree.children()
+    tokens = tree.tokens.tolist()
+    node, depth = -1, 0
+    while depth < len(text):
+        nxt = next((i for i in children[node + 1] if tokens[i] == text[depth]), None)
+        if nxt is None:
+            break
+        node, depth = nxt, depth + 1
+    return depth
+
+
+def greedy_tree_rounds(draft, texts: list[tuple[list[int], list[int]]], capacities,
+                       sampling: SamplingConfig) -> TreeValues:
+    """Dynamic-tree SD at greedy along the target's own greedy texts, rounds where they really start
+    (renewal-reward, as :func:`specbound.theory.speedup.greedy_chain_rounds` for chains): a greedy
+    target is deterministic, so a round starting at position j accepts the depth of the tree's path
+    that spells the text from j (:func:`accepted_along`), and the next round starts after it plus
+    one recovered or bonus token. Averaging over rounds, not over positions, counts bursty
+    acceptance as a real run does (rounds start more often where acceptance is low). Returns, per P,
+    mean accepted drafted tokens per round (``values``: tokens per round − 1), the mean tree widths and
+    the mean draft reads per round. Draft only: no target forward."""
+    caps = [int(c) for c in capacities]
+    pmax = max(caps)
+    rank = _rank_config(sampling)
+    values = np.zeros(len(caps))
+    widths = [np.zeros(pmax + 1) for _ in caps]
+    reads = [np.zeros(pmax + 1) for _ in caps]
+    generator = make_generator(0)            # unused: the dynamic tree draws nothing
+    d_ctx = PromptContext(draft)
+    for j, P in enumerate(caps):
+        rounds = tokens = 0
+        for prompt, text in texts:
+            pos = 0
+            while pos < len(text):
+                context = list(prompt) + list(text[:pos])
+                d_ctx.set(context)
+                tree, read = _propose_reads(draft, context, P, rank, generator, max_depth=len(text) - pos)
+                accepted = accepted_along(tree, text[pos:])
+                for d in tree.depths.tolist():
+                    widths[j][d] += 1
+                reads[j] += _read_counts(read, pmax)
+                pos += accepted + 1
+                rounds += 1
+            tokens += len(text)
+        values[j] = tokens / max(rounds, 1) - 1.0
+        widths[j] /= max(rounds, 1)
+        reads[j] /= max(rounds, 1)
+    draft.reset()
+    return TreeValues(values, widths, reads)
 
 
 @dataclass
