@@ -22,8 +22,10 @@ kernel allows. :class:`Int8Linear` gives both on x86 CPUs with fbgemm (``torch.o
   short calibration text. The product is unchanged in exact arithmetic; outlier channels stop
   dominating the per-token activation scale.
 
-Activations use 7 bits (fbgemm's ``reduce_range``: without VNNI the u8×s8 pair sums of AVX2 would
-saturate int16 with 8-bit activations).
+Activations use 8 bits where this CPU's fbgemm kernels multiply u8×s8 without saturating (VNNI's
+``vpdpbusd`` accumulates in int32), 7 bits (fbgemm's ``reduce_range``) where they would saturate
+(AVX2's ``vpmaddubsw`` sums pairs in int16): :func:`activation_bits` decides by one worst-case product,
+checked once per process. 8 bits halve the activation step (2/255 instead of 2/127 of a row's max).
 
 :class:`Int8Embedding` keeps the token embedding as int8 rows with one scale each (the same
 quantisation as a per-channel output layer; a tied output layer shares its tensor).
@@ -43,7 +45,7 @@ from ..errors import SpecboundError
 from .fast import _release_pages, trim_heap
 
 __all__ = [
-    "INT8_FORMAT", "Int8Embedding", "Int8Linear", "activation_absmax", "int8_available", "load_int8",
+    "INT8_FORMAT", "Int8Embedding", "Int8Linear", "activation_absmax", "activation_bits", "int8_available", "load_int8",
     "fuse_shared_inputs", "make_batch_invariant", "outlier_channels", "quantize_int8", "read_int8_description", "save_int8", "smoothing_factors",
 ]
 
@@ -53,11 +55,42 @@ WEIGHT_SCALES = ("channel", "tensor")
 #: Most outlier channels whose int8 products sum exactly in float32 (n · 127 · 127 < 2**24).
 MAX_OUTLIERS = (2 ** 24) // (127 * 127)
 ACTIVATION_SCALES = ("token", "tensor")
+ACTIVATION_BITS = (7, 8)
+_PROBED_BITS: list[int] = []
 
 
 def int8_available() -> bool:
     """Whether this torch build has fbgemm's quantized linear kernels (x86 CPUs)."""
     return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+def activation_bits() -> int:
+    """8 if fbgemm's dynamic linear on this CPU computes a worst-case 8-bit product exactly (every
+    activation at the top of the u8 range times weights of +127: pair sums of 2·255·127 overflow
+    int16 on kernels that sum pairs in 16 bits), else 7. Probed once per process."""
+    if not _PROBED_BITS:
+        n = 64
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            weight = torch._make_per_channel_quantized_tensor(torch.full((8, n), 127, dtype=torch.int8),
+                                                              torch.ones(8, dtype=torch.double),
+                                                              torch.zeros(8, dtype=torch.long), 0)
+            packed = torch.ops.quantized.linear_prepack(weight, None)
+        rows = torch.stack([torch.ones(n), -torch.ones(n)])
+        got = torch.ops.quantized.linear_dynamic(rows, packed, False)[:, 0]
+        # exact: ±127·n up to one activation step (1/127.5 of the range); saturated pair sums: ~half
+        exact = bool(torch.allclose(got, torch.tensor([127.0 * n, -127.0 * n]), rtol=0.01))
+        _PROBED_BITS.append(8 if exact else 7)
+    return _PROBED_BITS[0]
+
+
+def _check_bits(bits) -> int:
+    bits = activation_bits() if bits is None else bits
+    if bits not in ACTIVATION_BITS or isinstance(bits, bool):
+        raise SpecboundError(f"activation bits must be one of {ACTIVATION_BITS} or None (this CPU's best), got {bits!r}")
+    if bits == 8 and activation_bits() != 8:
+        raise SpecboundError("8-bit activations would saturate in this CPU's int8 kernels (no VNNI); use 7")
+    return bits
 
 
 def _quantize_rows(weight: torch.Tensor, per_channel: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,14 +119,17 @@ class Int8Linear(nn.Module):
     are read in a group of their own — their own per-token scale (8-bit symmetric) and an exact
     integer product (:meth:`_exact_outliers`) — so a few channels with very large activations do not
     coarsen every other channel's steps (the weight columns of the group are quantised apart too);
-    ``qweight``/``scale`` then hold the other columns.
+    ``qweight``/``scale`` then hold the other columns. ``bits``: activation precision of the fbgemm
+    group, 7 or 8 (default: :func:`activation_bits`, the most this CPU computes without saturating).
     """
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
                  smooth: torch.Tensor | None = None, activations: str = "token",
                  outliers: torch.Tensor | None = None, qweight_outliers: torch.Tensor | None = None,
-                 scale_outliers: torch.Tensor | None = None):
+                 scale_outliers: torch.Tensor | None = None, bits: int | None = None):
         super().__init__()
+        self.bits = _check_bits(bits)
+        self.reduce_range = self.bits == 7
         if activations not in ACTIVATION_SCALES:
             raise SpecboundError(f"activations must be one of {ACTIVATION_SCALES}, got {activations!r}")
         if qweight.dtype != torch.int8 or qweight.ndim != 2:
@@ -136,7 +172,8 @@ class Int8Linear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, weights: str = "channel", activations: str = "token",
-                    smooth: torch.Tensor | None = None, outliers: torch.Tensor | None = None) -> "Int8Linear":
+                    smooth: torch.Tensor | None = None, outliers: torch.Tensor | None = None,
+                    bits: int | None = None) -> "Int8Linear":
         if weights not in WEIGHT_SCALES:
             raise SpecboundError(f"weight scales must be one of {WEIGHT_SCALES}, got {weights!r}")
         w = linear.weight.detach().float()
@@ -145,13 +182,13 @@ class Int8Linear(nn.Module):
         per_channel = weights == "channel"
         if outliers is None or outliers.numel() == 0:
             q, scale = _quantize_rows(w, per_channel)
-            return cls(q, scale, linear.bias, smooth, activations)
+            return cls(q, scale, linear.bias, smooth, activations, bits=bits)
         outliers = outliers.to(torch.long).reshape(-1)
         keep = torch.ones(w.shape[1], dtype=torch.bool)
         keep[outliers] = False
         q, scale = _quantize_rows(w[:, keep], per_channel)
         q_out, scale_out = _quantize_rows(w[:, outliers], per_channel)
-        return cls(q, scale, linear.bias, smooth, activations, outliers, q_out, scale_out)
+        return cls(q, scale, linear.bias, smooth, activations, outliers, q_out, scale_out, bits=bits)
 
     @staticmethod
     def _unpack(packed) -> torch.Tensor:
@@ -186,7 +223,7 @@ class Int8Linear(nn.Module):
         return w if self.inv_smooth is None else w * self.inv_smooth[None, :]
 
     @staticmethod
-    def _per_token(x: torch.Tensor, packed, anchor: torch.Tensor) -> torch.Tensor:
+    def _per_token(x: torch.Tensor, packed, anchor: torch.Tensor, reduce_range: bool) -> torch.Tensor:
         """Each row scaled to max |x| = 1, the anchor row fixing fbgemm's range to [-1, 1]; then
         each output row multiplied back by its row's max (see the module docstring)."""
         k = x.shape[0]
@@ -194,7 +231,7 @@ class Int8Linear(nn.Module):
         rows = torch.empty(k + 1, x.shape[1])
         torch.div(x, m, out=rows[:k])
         rows[k] = anchor[0]
-        return torch.ops.quantized.linear_dynamic(rows, packed, True)[:k].mul_(m)
+        return torch.ops.quantized.linear_dynamic(rows, packed, reduce_range)[:k].mul_(m)
 
     def _exact_outliers(self, x: torch.Tensor) -> torch.Tensor:
         """The outlier channels' product: each row rounded to int8 steps of its own max|x| / 127
@@ -212,14 +249,14 @@ class Int8Linear(nn.Module):
         if self.inv_smooth is not None:
             x = x * self.inv_smooth
         if self.activations == "token" and self.outliers is None:
-            y = self._per_token(x, self._packed, self.anchor)
+            y = self._per_token(x, self._packed, self.anchor, self.reduce_range)
         elif self.activations == "token":
-            y = self._per_token(x.index_select(1, self.keep), self._packed, self.anchor)
+            y = self._per_token(x.index_select(1, self.keep), self._packed, self.anchor, self.reduce_range)
             y.add_(self._exact_outliers(x.index_select(1, self.outliers)))
         elif x.shape[0] == 1:              # x86's one-row int8 path is slow: read the row twice
-            y = torch.ops.quantized.linear_dynamic(torch.cat([x, x]), self._packed, True)[:1]
+            y = torch.ops.quantized.linear_dynamic(torch.cat([x, x]), self._packed, self.reduce_range)[:1]
         else:
-            y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed, True)
+            y = torch.ops.quantized.linear_dynamic(x.contiguous(), self._packed, self.reduce_range)
         if self.bias is not None:
             y.add_(self.bias)
         return y.reshape(*shape[:-1], self.out_features)
@@ -229,12 +266,13 @@ class Int8Linear(nn.Module):
         extra = (", smoothed" if self.inv_smooth is not None else "") + \
             (f", {self.outliers.numel()} outlier channels apart" if self.outliers is not None else "")
         return (f"in_features={self.in_features}, out_features={self.out_features}, weights=int8 {kind}, "
-                f"activations=int8 per-{self.activations}{extra}")
+                f"activations={self.bits}-bit per-{self.activations}{extra}")
 
     # fbgemm's packed weights are an opaque object: copy.deepcopy rebuilds the layer from its values
     def __deepcopy__(self, memo):
         return Int8Linear(self.qweight.clone(), self.scale.clone(), self.bias, self.smooth, self.activations,
-                          self.outliers, self.qweight_outliers, None if self.outliers is None else self.scale_outliers)
+                          self.outliers, self.qweight_outliers, None if self.outliers is None else self.scale_outliers,
+                          self.bits)
 
 
 def _concat_rows(layers: list[Int8Linear]) -> Int8Linear:
@@ -245,7 +283,7 @@ def _concat_rows(layers: list[Int8Linear]) -> Int8Linear:
     same = all(m.activations == first.activations and m.in_features == first.in_features
                and m.scale.numel() > 1 and (m.outliers is None) == (first.outliers is None)
                and (m.outliers is None or torch.equal(m.outliers, first.outliers))
-               and (m.inv_smooth is None and first.inv_smooth is None) for m in layers)
+               and (m.inv_smooth is None and first.inv_smooth is None) and m.bits == first.bits for m in layers)
     if not same:
         raise SpecboundError("only per-channel int8 layers with the same input handling can be fused")
     bias = None
@@ -256,7 +294,7 @@ def _concat_rows(layers: list[Int8Linear]) -> Int8Linear:
         extra = (first.outliers, torch.cat([m.qweight_outliers for m in layers]),
                  torch.cat([m.scale_outliers for m in layers]))
     return Int8Linear(torch.cat([m.qweight for m in layers]), torch.cat([m.scale for m in layers]), bias, None,
-                      first.activations, *extra)
+                      first.activations, *extra, bits=first.bits)
 
 
 class _SharedInputSlice(nn.Module):
@@ -428,14 +466,15 @@ def outlier_channels(absmax: torch.Tensor, count: int) -> torch.Tensor:
 def quantize_int8(model: nn.Module, weights: str = "channel", activations: str = "token",
                   smooth: dict[str, torch.Tensor] | None = None, alpha: float = 0.5,
                   embedding: bool = True, absmax: dict[str, torch.Tensor] | None = None,
-                  outliers: int = 0) -> nn.Module:
+                  outliers: int = 0, activation_bits: int | None = None) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` by an :class:`Int8Linear` (in place; returns the model).
 
     ``smooth`` maps a linear's qualified name to its calibrated max|x_j| (:func:`activation_absmax`);
     those layers are smoothed with strength ``alpha``. ``absmax`` (same form) with ``outliers`` = n
     puts each layer's n input channels of largest calibrated max|x_j| in a group of their own.
-    ``embedding`` also stores the input embedding as int8 rows. Pages of replaced weights are
-    returned to the OS as layers are converted.
+    ``embedding`` also stores the input embedding as int8 rows. ``activation_bits`` (7 or 8; default:
+    :func:`activation_bits`, this CPU's best) is the activation precision. Pages of replaced weights
+    are returned to the OS as layers are converted.
     """
     if not int8_available():
         raise SpecboundError("int8 kernels need a torch build with fbgemm (x86 CPUs); use the fp32 model")
@@ -450,7 +489,7 @@ def quantize_int8(model: nn.Module, weights: str = "channel", activations: str =
                 factors = smoothing_factors(smooth[qualified], linear.weight, alpha)
             if outliers and absmax is not None and qualified in absmax:
                 picked = outlier_channels(absmax[qualified], outliers)
-            setattr(parent, name, Int8Linear.from_linear(linear, weights, activations, factors, picked))
+            setattr(parent, name, Int8Linear.from_linear(linear, weights, activations, factors, picked, activation_bits))
             if shared.get(linear.weight.data_ptr(), 0) == 1:
                 _release_pages(linear.weight.data)
         if embedding:

@@ -14,7 +14,8 @@ from .hf import HFModel
 from .static import StaticCacheHFModel, wrap_hf_model
 from .calibration import calibration_batches
 from .int8 import (
-    activation_absmax, fuse_shared_inputs, load_int8, make_batch_invariant, quantize_int8, read_int8_description,
+    activation_absmax, activation_bits, fuse_shared_inputs, load_int8, make_batch_invariant, quantize_int8,
+    read_int8_description,
     save_int8,
 )
 from ..options import (
@@ -22,7 +23,7 @@ from ..options import (
     check_draft_quant, check_precision, resolve_draft_engine,
 )
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_KERNELS", "INT8_RECIPE", "TARGET_PRECISIONS", "build_int8",
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_RECIPE", "TARGET_PRECISIONS", "build_int8", "int8_kernels",
            "check_draft_engine", "check_precision", "check_same_tokenizer", "load_engine_pair", "load_gguf_model",
            "load_model", "load_pair"]
 
@@ -31,9 +32,13 @@ __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_P
 INT8_OUTLIERS = 16
 #: How the cached int8 weights were made (the int8 cache's recipe: another recipe rebuilds the cache).
 INT8_RECIPE = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_OUTLIERS} outlier channels apart)"
-#: Kernel name of int8 models at run time (part of the cost-cache key and of every report): the recipe's
-#: weights, the outlier channels' products exact in float32 (:meth:`Int8Linear._exact_outliers`).
-INT8_KERNELS = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_OUTLIERS} outlier channels apart, exact)"
+def int8_kernels() -> str:
+    """Kernel name of int8 models at run time (part of the cost-cache key and of every report): the
+    recipe's weights, the outlier channels' products exact in float32
+    (:meth:`Int8Linear._exact_outliers`) and this CPU's activation precision (:func:`activation_bits`:
+    8 bits where its kernels do not saturate, else 7 — a different target, so it is named)."""
+    return (f"int8-fbgemm (per-channel weights, per-token {activation_bits()}-bit activations, {INT8_OUTLIERS} "
+            "outlier channels apart, exact)")
 
 
 def quantize_target(model, tokenizer):
@@ -91,14 +96,14 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
         fuse_shared_inputs(model)
         if invariant:
             make_batch_invariant(model)
-        kernels = INT8_KERNELS
+        kernels = int8_kernels()
     elif precision == "int8":
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
         quantize_target(model, tokenizer)
         fuse_shared_inputs(model)
         if invariant:
             make_batch_invariant(model)
-        kernels = INT8_KERNELS
+        kernels = int8_kernels()
     else:
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
         kernels = "onednn-prepacked" if prepack and prepack_linears(model) else "eager"
