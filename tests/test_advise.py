@@ -44,10 +44,20 @@ def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
         for P, s in m.tree.items():                         # a tree never beats the target's own T*(P)
             assert s.expected_tokens - 1 <= m.oracle[P] + 1e-9
         assert m.pays and m.best.predicted == max(s.predicted for s in list(m.chain.values()) + list(m.tree.values()))
+        if mode == "greedy":            # block verification of a greedy chain is token-wise verification
+            assert not m.block
+            continue
+        assert set(m.block) == set(m.chain) and m.best_block.predicted == max(s.predicted for s in m.block.values())
+        assert m.block[1].expected_tokens == pytest.approx(m.block_token[1], abs=1e-12)    # γ = 1: the same rule
+        for g, s in m.block.items():
+            assert s.draft_seconds == m.chain[g].draft_seconds
+            assert s.predicted == pytest.approx(float(round_speedup(s.expected_tokens - 1, s.draft_seconds,
+                                                                    verify_cost, g + 1)))
     assert advice.modes["sampled"].bound                  # μ, μ₂ bound on E[X](P), T = 1 only
     measure_settings(target, draft, advice, prompts, 10)
     rows = measured_vs_predicted(advice)
     assert len(rows) >= 5 and all(r[3] > 0 for r in rows)
+    assert any(r[0] == "sampled" and "block verification" in r[1] for r in rows)
     rec = recommendation(advice, "/models/target", "/models/draft")
     exports = export_all(rec)
     json.loads([line for line in exports["vllm"].splitlines() if line.startswith("{")][0])
@@ -55,6 +65,7 @@ def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
     paths = write_advice(advice, exports, tmp_path, "specbound advise --test")
     assert all(p.exists() for p in paths.values())
     assert "Predicted vs measured" in paths["md"].read_text()
+    assert "Chain with block verification" in paths["md"].read_text()
 
 
 def test_a_useless_draft_is_told_that_speculation_will_not_pay(tmp_path):

@@ -103,6 +103,27 @@ def test_greedy_tree_rounds_follow_the_text_round_by_round():
     assert got.values[0] < got.values[-1]                        # more nodes, more accepted (this pair)
 
 
+def test_chain_verification_values_match_the_exact_means():
+    """One sampled chain per context, scored exactly under token-wise and block verification: over
+    1500 contexts (one stream each) the means must match the exact enumeration of theory/verification
+    within 4 standard errors (SE = per-context SD / sqrt(1500), ~0.025 here), γ = 1 must give the two
+    rules equal values chain by chain, and block's mean must be told apart from token-wise's exact value
+    (+30% on this pair): the check has the power to see a scorer that ignored the block rule."""
+    from specbound.measure.drafter_values import chain_verification_values
+    from specbound.theory.verification import expected_accepted
+
+    target, draft = chain_pair(2, 5, concentration=0.5, noise=0.8)
+    got = chain_verification_values(ChainModel(target), ChainModel(draft), [[0]] * 1500, (1, 4),
+                                    SamplingConfig(1.0), seed=3)
+    exact = {(g, rule): expected_accepted(target=target, draft=draft, gamma=g, verification=rule, start=0)
+             for g in (1, 4) for rule in ("token", "block")}
+    assert got.token[0] == pytest.approx(got.block[0], abs=1e-12)
+    for j, g in enumerate(got.gammas):
+        assert abs(got.token[j] - exact[g, "token"]) <= 4 * got.token_se[j]
+        assert abs(got.block[j] - exact[g, "block"]) <= 4 * got.block_se[j]
+    assert got.block_se[1] < 0.04 and abs(got.block[1] - exact[4, "token"]) > 4 * got.block_se[1]
+
+
 def test_positions_evenly_spread_or_drawn_at_random():
     from specbound.measure.moments import MomentSample
     from specbound.measure.oracle import choose_positions, contexts_at

@@ -37,7 +37,7 @@ import numpy as np
 from .decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from .decoding.costs import CostMeasurement, measure_costs
 from .errors import SpecboundError
-from .measure.drafter_values import dynamic_tree_values, greedy_tree_rounds
+from .measure.drafter_values import chain_verification_values, dynamic_tree_values, greedy_tree_rounds
 from .measure.moments import measure_moments
 from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .seeds import derive_seed
@@ -72,9 +72,10 @@ class AdviseConfig:
 
 @dataclass
 class Setting:
-    """One predicted (and possibly measured) setting: a chain of γ, or a dynamic tree of capacity P."""
+    """One predicted (and possibly measured) setting: a chain of γ (verified token-wise, or jointly:
+    "block"), or a dynamic tree of capacity P."""
 
-    kind: str                      # "chain" | "tree"
+    kind: str                      # "chain" | "block" | "tree"
     size: int
     expected_tokens: float         # 1 + E[X] per round
     draft_seconds: float
@@ -114,6 +115,14 @@ class ModeAdvice:
     bound_speedup: dict[int, float] = field(default_factory=dict)
     best: Setting | None = None
     batch: dict[int, BatchAdvice] = field(default_factory=dict)
+    # T > 0: chains under block verification (Sun et al. 2025), exact at the oracle's positions, and the
+    # token-wise value of the same drafted chains (their ratio is the verifier's gain alone)
+    block: dict[int, Setting] = field(default_factory=dict)
+    block_token: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def best_block(self) -> Setting | None:
+        return max(self.block.values(), key=lambda s: s.predicted) if self.block else None
 
     @property
     def pays(self) -> bool:
@@ -232,6 +241,15 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             tree[P] = Setting(kind="tree", size=P, expected_tokens=1.0 + value, draft_seconds=seconds,
                               verified_tokens=P + 1, predicted=float(round_speedup(value, seconds, verify_cost, P + 1)))
         advice = ModeAdvice(mode, alpha, chain, tree)
+        if not sampling.greedy:  # at greedy block verification is token-wise verification
+            values = chain_verification_values(target, draft, contexts, GAMMAS, sampling,
+                                               derive_seed(config.seed, "advise block", mode))
+            for j, g in enumerate(values.gammas):
+                seconds = chain[g].draft_seconds
+                advice.block[g] = Setting(kind="block", size=g, expected_tokens=1.0 + float(values.block[j]),
+                                          draft_seconds=seconds, verified_tokens=g + 1,
+                                          predicted=float(round_speedup(values.block[j], seconds, verify_cost, g + 1)))
+                advice.block_token[g] = 1.0 + float(values.token[j])
         if mode == "greedy":      # a greedy target is a point mass: the optimal tree is its arg-max chain
             advice.oracle = {P: float(P) for P in CAPACITIES}
         else:
@@ -307,18 +325,22 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
         picks = {("chain", 2), ("chain", 4), ("chain", 8), ("tree", 8), ("tree", 16)}
         if m.best is not None:
             picks.add((m.best.kind, m.best.size))
+        if m.best_block is not None:         # block verification at its best γ, beside token-wise at that γ
+            picks |= {("block", m.best_block.size), ("chain", m.best_block.size)}
         ratios: dict[tuple, list[float]] = {p: [] for p in picks}
         for k, ids in enumerate(prompt_ids):
             seed = derive_seed(advice.config.seed, "advise check", k)     # plain and every setting: paired
             plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=seed)
             base = plain.metrics.decode_tokens_per_second
             for kind, size in sorted(picks):
-                kwargs = {"gamma": size} if kind == "chain" else {"tree": size}
+                kwargs = {"tree": size} if kind == "tree" else {"gamma": size}
+                if kind == "block":
+                    kwargs["verification"] = "block"
                 res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=seed,
                                          **kwargs)
                 ratios[(kind, size)].append(res.metrics.decode_tokens_per_second / base)
         for (kind, size), values in ratios.items():
-            table = m.chain if kind == "chain" else m.tree
+            table = {"chain": m.chain, "block": m.block, "tree": m.tree}[kind]
             table[size].measured = statistics.median(values)
 
 
@@ -326,9 +348,10 @@ def measured_vs_predicted(advice: Advice) -> list[tuple[str, str, float, float, 
     """(mode, setting, predicted, measured, measured/predicted) for every measured setting."""
     rows = []
     for mode, m in advice.modes.items():
-        for s in list(m.chain.values()) + list(m.tree.values()):
+        for s in list(m.chain.values()) + list(m.block.values()) + list(m.tree.values()):
             if s.measured is not None:
-                rows.append((mode, f"{s.kind} {'γ' if s.kind == 'chain' else 'P'}={s.size}", s.predicted, s.measured,
+                name = {"chain": "chain γ", "block": "chain (block verification) γ", "tree": "tree P"}[s.kind]
+                rows.append((mode, f"{name}={s.size}", s.predicted, s.measured,
                              s.measured / s.predicted))
     return rows
 

@@ -54,6 +54,19 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                                  _x(s.measured), fmt(1 + m.oracle.get(P, float("nan")), 2),
                                  _x(m.speed_of_light.get(P)), _x(m.bound_speedup.get(P))]
                                 for P, s in m.tree.items()]), ""]
+        if m.block:
+            b = m.best_block
+            lines += ["Chain with block verification (Sun et al. 2025; `--verification block`): exact tokens per "
+                      "round of the same sampled chains under token-wise and block verification at the positions "
+                      "above, priced like the chain; the gain column is the verifier's alone:", "",
+                      md_table(["γ", "1 + E[X] token-wise", "1 + E[X] block", "gain", "predicted", "measured"],
+                               [[str(g), fmt(m.block_token.get(g, float("nan")), 3), fmt(s.expected_tokens, 3),
+                                 f"{s.expected_tokens / m.block_token[g] - 1:+.1%}" if m.block_token.get(g) else "–",
+                                 _x(s.predicted), _x(s.measured)]
+                                for g, s in m.block.items() if g in (1, 2, 4, 8, 12, 16) or s.measured is not None
+                                or s is b]), "",
+                      f"Best with block verification: γ = {b.size}, predicted {b.predicted:.2f}× (serving engines "
+                      "verify token-wise, so the exports below use the best of the chains and trees).", ""]
     for mode, m in advice.modes.items():
         if not m.batch:
             continue

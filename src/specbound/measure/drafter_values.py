@@ -6,6 +6,8 @@
 * :func:`drafter_values` — that at the oracle's positions, journalled (the studies);
 * :func:`dynamic_tree_values` — the dynamic tree's mean value, level widths and draft reads at given
   contexts, and :func:`greedy_tree_rounds` — the same per round along greedy texts (``specbound advise``);
+* :func:`chain_verification_values` — exact accepted tokens of sampled chains under token-wise and
+  block verification (``specbound advise`` at T > 0);
 * :func:`drafter_runs` — τ(P), tokens per target call, of tree SD with a real drafter, through
   :func:`~specbound.decoding.speculative_decode`;
 * :func:`measure_target_costs` — t(k), seconds of a target pass over k new tokens.
@@ -24,14 +26,15 @@ from ..decoding import DynamicTreeDrafter, SampledTreeDrafter, SamplingConfig, m
 from ..decoding.costs import measure_forward_costs
 from ..seeds import derive_seed
 from ..theory.speedup import CostProfile
+from ..theory.verification import block_stop_probabilities
 from .journal import PartialResults, no_journal
 from .llm import PromptContext, tree_laws
 from .moments import MomentSample
 from .oracle import contexts_at
 from .records import Stage
 
-__all__ = ["DrafterExact", "DrafterRun", "DrafterRuns", "DrafterValues", "ExactAt", "drafter_runs",
-           "TreeValues", "accepted_along", "drafter_values", "drafter_values_at", "dynamic_tree_values",
+__all__ = ["ChainVerificationValues", "DrafterExact", "DrafterRun", "DrafterRuns", "DrafterValues", "ExactAt", "drafter_runs",
+           "TreeValues", "accepted_along", "chain_verification_values", "drafter_values", "drafter_values_at", "dynamic_tree_values",
            "greedy_tree_rounds", "measure_target_costs"]
 
 EXACT_KINDS = ("dynamic", "chain")
@@ -232,6 +235,60 @@ def greedy_tree_rounds(draft, texts: list[tuple[list[int], list[int]]], capaciti
         reads[j] /= max(rounds, 1)
     draft.reset()
     return TreeValues(values, widths, reads)
+
+
+class ChainVerificationValues(NamedTuple):
+    """Per chain length γ (index j of ``gammas``): exact mean accepted drafted tokens per round under
+    token-wise (``token``) and block verification (``block``) of the SAME sampled chains, with
+    standard errors across contexts."""
+
+    gammas: list[int]
+    token: np.ndarray
+    block: np.ndarray
+    token_se: np.ndarray
+    block_se: np.ndarray
+
+
+def chain_verification_values(target, draft, contexts: list[list[int]], gammas, sampling: SamplingConfig,
+                              seed: int = 0) -> ChainVerificationValues:
+    """Exact E[accepted | drafted chain] of token-wise verification (Yin et al. 2024, Alg. 1:
+    Σ_k Π_{i≤k} min(1, target_i/draft_i)) and of block verification (Sun et al. 2025, Alg. 2:
+    Σ_i i·P(τ = i | block), :func:`specbound.theory.verification.block_stop_probabilities`) for the
+    first γ tokens of one chain sampled from the draft at each context (context c draws from
+    ``derive_seed(seed, "chain verification values", c)``); both rules score the same chains, so
+    their difference is the verifier's alone. Laws are the processed ones (T, top-k, top-p)."""
+    gs = [int(g) for g in gammas]
+    gmax = max(gs)
+    token, block = np.zeros((len(contexts), len(gs))), np.zeros((len(contexts), len(gs)))
+    t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
+    for c, context in enumerate(contexts):
+        t_ctx.set(context)
+        d_ctx.set(context)
+        generator = make_generator(derive_seed(seed, "chain verification values", c))
+        before = draft.cache_length
+        chain = SampledTreeDrafter(draft, sampling, gmax, branching=(1,))
+        drafted, _ = _propose_once(chain, draft, context, gmax, generator, before)
+        tokens = drafted.tokens.tolist()
+        laws = tree_laws(target, context, tokens, drafted.parents.tolist(), sampling)
+        q = drafted.draft_probs.to(torch.float64).numpy()
+        q = q / np.maximum(q.sum(-1, keepdims=True), 1e-300)
+        ratio = [min(1.0, float(laws[i][t]) / float(q[i][t])) if q[i][t] > 0 else 0.0 for i, t in enumerate(tokens)]
+        running = np.cumsum(np.cumprod(ratio))
+        for j, g in enumerate(gs):
+            n = min(g, len(tokens))
+            if n == 0:
+                continue
+            token[c, j] = running[n - 1]
+            _, stop = block_stop_probabilities(target=laws[:n + 1], draft=q[:n], tokens=tokens[:n])
+            block[c, j] = float(np.dot(np.arange(n + 1), stop))
+    target.reset()
+    draft.reset()
+    n = len(contexts)
+
+    def se(a):
+        return a.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(gs), np.nan)
+
+    return ChainVerificationValues(gs, token.mean(axis=0), block.mean(axis=0), se(token), se(block))
 
 
 @dataclass
