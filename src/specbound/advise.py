@@ -138,6 +138,7 @@ class Advice:
     modes: dict[str, ModeAdvice]
     seconds: float = 0.0
     measured_prompts: list[str] = field(default_factory=list)
+    measured_streams: int = 1       # random streams per held-out prompt in the T > 0 checks
 
     def cost_profiles(self) -> tuple[CostProfile, CostProfile]:
         ks = tuple(self.costs["ks"])
@@ -316,12 +317,18 @@ def measure_batches(target, draft, advice: Advice, prompt_ids: list[list[int]], 
             b.measured_speculative = sd.decode_tokens_per_second
 
 
-def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int, progress=None) -> None:
+def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int, progress=None,
+                     sampled_seeds: int = 1) -> None:
     """Run the recommended setting and a few others on held-out prompts; fill ``Setting.measured`` with
     the measured speed-up over plain decoding (same prompts, same tokens, interleaved per prompt), in
-    decode tokens per second (prefill excluded, as in the prediction)."""
+    decode tokens per second (prefill excluded, as in the prediction): the median over prompts of
+    each prompt's mean ratio over its streams. At greedy one run per prompt decides; at T > 0 a
+    prompt's runs differ by their random stream, so each prompt runs ``sampled_seeds`` streams
+    (plain decoding and every setting paired on each)."""
+    advice.measured_streams = max(1, int(sampled_seeds))
     for mode, m in advice.modes.items():
         sampling = MODES[mode]
+        streams = 1 if sampling.greedy else max(1, int(sampled_seeds))
         picks = {("chain", 2), ("chain", 4), ("chain", 8), ("tree", 8), ("tree", 16)}
         if m.best is not None:
             picks.add((m.best.kind, m.best.size))
@@ -329,16 +336,20 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
             picks |= {("block", m.best_block.size), ("chain", m.best_block.size)}
         ratios: dict[tuple, list[float]] = {p: [] for p in picks}
         for k, ids in enumerate(prompt_ids):
-            seed = derive_seed(advice.config.seed, "advise check", k)     # plain and every setting: paired
-            plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=seed)
-            base = plain.metrics.decode_tokens_per_second
-            for kind, size in sorted(picks):
-                kwargs = {"tree": size} if kind == "tree" else {"gamma": size}
-                if kind == "block":
-                    kwargs["verification"] = "block"
-                res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=seed,
-                                         **kwargs)
-                ratios[(kind, size)].append(res.metrics.decode_tokens_per_second / base)
+            per_prompt: dict[tuple, list[float]] = {p: [] for p in picks}
+            for stream in range(streams):
+                seed = derive_seed(advice.config.seed, "advise check", k, *((stream,) if stream else ()))
+                plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=seed)
+                base = plain.metrics.decode_tokens_per_second
+                for kind, size in sorted(picks):
+                    kwargs = {"tree": size} if kind == "tree" else {"gamma": size}
+                    if kind == "block":
+                        kwargs["verification"] = "block"
+                    res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=seed,
+                                             **kwargs)
+                    per_prompt[(kind, size)].append(res.metrics.decode_tokens_per_second / base)
+            for pick, values in per_prompt.items():
+                ratios[pick].append(statistics.fmean(values))
         for (kind, size), values in ratios.items():
             table = {"chain": m.chain, "block": m.block, "tree": m.tree}[kind]
             table[size].measured = statistics.median(values)

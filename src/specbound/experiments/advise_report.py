@@ -89,7 +89,10 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
     rows = measured_vs_predicted(advice)
     if rows:
         errors = [abs(r[4] - 1) for r in rows]
-        lines += ["## Predicted vs measured (held-out prompts: " + ", ".join(advice.measured_prompts) + ")", "",
+        streams = (f"; at T > 0 {advice.measured_streams} random streams per prompt, each paired with plain decoding"
+                   if any(m.mode != "greedy" for m in advice.modes.values()) else "")
+        lines += ["## Predicted vs measured (held-out prompts: " + ", ".join(advice.measured_prompts) + streams +
+                  "; median over prompts of each prompt's mean ratio)", "",
                   md_table(["mode", "setting", "predicted", "measured", "measured / predicted"],
                            [[a, b, _x(p), _x(q), fmt(r, 2)] for a, b, p, q, r in rows]), "",
                   f"Median |measured/predicted − 1| = {statistics.median(errors):.0%} over {len(rows)} settings.", ""]

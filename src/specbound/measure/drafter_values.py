@@ -100,16 +100,27 @@ def _dynamic_at(target, draft, context, capacity, config, generator, rank, befor
                    [depths[i] for i in order])
 
 
-def _chain_at(target, draft, context, capacity, config, generator, before) -> ExactAt:
+def _sampled_chain(target, draft, context, capacity, config, generator, before):
+    """One chain of ``capacity`` tokens sampled from the draft at ``context``: its tokens, the target's
+    and the draft's processed laws along it (float64 [n+1, V]; the law before token i is row i, the
+    root's row 0), the drafting seconds and draft calls."""
     chain = SampledTreeDrafter(draft, config, capacity, branching=(1,))
     drafted, seconds = _propose_once(chain, draft, context, capacity, generator, before)
     tokens = drafted.tokens.tolist()
     laws = tree_laws(target, context, tokens, drafted.parents.tolist(), config)
-    q = drafted.draft_probs.to(torch.float64).numpy()
-    ratio = [min(1.0, float(laws[i][tok]) / float(q[i][tok])) if q[i][tok] > 0 else 0.0
-             for i, tok in enumerate(tokens)]                 # node i's law is row i (root: row 0)
-    return ExactAt(np.cumsum(np.cumprod(ratio)).tolist(), seconds, drafted.draft_calls,
-                   list(range(1, len(tokens) + 1)))
+    return tokens, laws, drafted.draft_probs.to(torch.float64).numpy(), seconds, drafted.draft_calls
+
+
+def _token_wise_running(tokens, laws, q) -> np.ndarray:
+    """E[accepted | the chain's first n tokens] for n = 1..len(tokens) under token-wise verification:
+    Σ_{k≤n} Π_{i≤k} min(1, target_i(x_i)/draft_i(x_i)) (Leviathan et al. 2023; Yin et al. 2024, Alg. 1)."""
+    ratio = [min(1.0, float(laws[i][tok]) / float(q[i][tok])) if q[i][tok] > 0 else 0.0 for i, tok in enumerate(tokens)]
+    return np.cumsum(np.cumprod(ratio))
+
+
+def _chain_at(target, draft, context, capacity, config, generator, before) -> ExactAt:
+    tokens, laws, q, seconds, calls = _sampled_chain(target, draft, context, capacity, config, generator, before)
+    return ExactAt(_token_wise_running(tokens, laws, q).tolist(), seconds, calls, list(range(1, len(tokens) + 1)))
 
 
 class TreeValues(NamedTuple):
@@ -265,15 +276,8 @@ def chain_verification_values(target, draft, contexts: list[list[int]], gammas, 
         t_ctx.set(context)
         d_ctx.set(context)
         generator = make_generator(derive_seed(seed, "chain verification values", c))
-        before = draft.cache_length
-        chain = SampledTreeDrafter(draft, sampling, gmax, branching=(1,))
-        drafted, _ = _propose_once(chain, draft, context, gmax, generator, before)
-        tokens = drafted.tokens.tolist()
-        laws = tree_laws(target, context, tokens, drafted.parents.tolist(), sampling)
-        q = drafted.draft_probs.to(torch.float64).numpy()
-        q = q / np.maximum(q.sum(-1, keepdims=True), 1e-300)
-        ratio = [min(1.0, float(laws[i][t]) / float(q[i][t])) if q[i][t] > 0 else 0.0 for i, t in enumerate(tokens)]
-        running = np.cumsum(np.cumprod(ratio))
+        tokens, laws, q, _, _ = _sampled_chain(target, draft, context, gmax, sampling, generator, draft.cache_length)
+        running = _token_wise_running(tokens, laws, q)
         for j, g in enumerate(gs):
             n = min(g, len(tokens))
             if n == 0:
