@@ -54,7 +54,7 @@ def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
             assert s.predicted == pytest.approx(float(round_speedup(s.expected_tokens - 1, s.draft_seconds,
                                                                     verify_cost, g + 1)))
     assert advice.modes["sampled"].bound                  # μ, μ₂ bound on E[X](P), T = 1 only
-    measure_settings(target, draft, advice, prompts, 10, sampled_seeds=2)     # T = 1: two paired streams per prompt
+    measure_settings(target, draft, advice, prompts, 10, runs=2)     # two paired runs per prompt (T = 1: streams)
     assert advice.measured_streams == 2
     rows = measured_vs_predicted(advice)
     assert len(rows) >= 5 and all(r[3] > 0 for r in rows)

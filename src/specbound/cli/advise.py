@@ -36,9 +36,9 @@ def add_arguments(p) -> None:
     p.add_argument("--check-prompts", type=int, default=3,
                    help="held-out prompts on which predicted settings are run and measured (0 = skip)")
     p.add_argument("--check-tokens", type=int, default=64)
-    p.add_argument("--check-seeds", type=int, default=3,
-                   help="random streams per held-out prompt for the T = 1 checks (paired with plain decoding; "
-                        "greedy runs once)")
+    p.add_argument("--check-runs", type=int, default=3,
+                   help="runs per held-out prompt and setting, each paired with a plain run (T = 1: different "
+                        "random streams; greedy: the same tokens, re-timed)")
     p.add_argument("--batch", default=None, metavar="B,B,…", type=int_list(minimum=1),
                    help="batch sizes (e.g. 1,2,4,8): predicted (and, with --check-prompts, measured) total tokens/s "
                         "of plain batched decoding and of speculative decoding per B, the best γ per B and a "
@@ -55,7 +55,7 @@ def run(args) -> int:
     from ..experiments.report import check_output_dir
 
     check_engine(args.engine)
-    at_least(args, 1, "n_prompts", "tokens", "positions", "repeats", "check_tokens", "check_seeds")
+    at_least(args, 1, "n_prompts", "tokens", "positions", "repeats", "check_tokens", "check_runs")
     at_least(args, 0, "offset", "check_prompts", "threads")
     modes = name_list(args.modes, MODES, "--modes")
     batches = ()
@@ -113,7 +113,7 @@ def _advise(args, config, calibration, check, out) -> int:
     if check:
         advice.measured_prompts = [p.id for p in check]
         measure_settings(target, draft, advice, encode_prompts(target, check), args.check_tokens,
-                         sampled_seeds=args.check_seeds)
+                         runs=args.check_runs)
         if config.batches:
             measure_batches(target, draft, advice, encode_prompts(target, check), args.check_tokens)
     rec = recommendation(advice, paths["target"], paths["draft"], mode=config.modes[0])

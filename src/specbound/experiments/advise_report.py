@@ -89,8 +89,8 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
     rows = measured_vs_predicted(advice)
     if rows:
         errors = [abs(r[4] - 1) for r in rows]
-        streams = (f"; at T > 0 {advice.measured_streams} random streams per prompt, each paired with plain decoding"
-                   if any(m.mode != "greedy" for m in advice.modes.values()) else "")
+        streams = (f"; {advice.measured_streams} runs per prompt and setting, each paired with a plain run "
+                   "(T > 0: different random streams)")
         lines += ["## Predicted vs measured (held-out prompts: " + ", ".join(advice.measured_prompts) + streams +
                   "; median over prompts of each prompt's mean ratio)", "",
                   md_table(["mode", "setting", "predicted", "measured", "measured / predicted"],
