@@ -67,6 +67,9 @@ def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
     assert all(p.exists() for p in paths.values())
     assert "Predicted vs measured" in paths["md"].read_text()
     assert "Chain with block verification" in paths["md"].read_text()
+    from specbound.experiments.advise_report import advise_markdown
+    advice.costs["draft_spread"][1] = 0.6                 # a burst of outside load during the calibration
+    assert "measured on a busy machine" in advise_markdown(advice, exports)
 
 
 def test_a_useless_draft_is_told_that_speculation_will_not_pay(tmp_path):

@@ -10,6 +10,10 @@ from .report import fmt, markdown_to_html, md_table, save_figure, write_json, wr
 __all__ = ["advise_markdown", "plot_advice", "write_advice"]
 
 
+#: Above this spread of t(k) or d(k) at k ≤ 8 the report warns that the calibration was noisy.
+NOISY_CALIBRATION = 0.25
+
+
 def _x(v) -> str:
     return "–" if v is None else f"{v:.2f}×"
 
@@ -29,6 +33,10 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                                                    advice.costs["target_spread"], advice.costs["draft_ms"],
                                                    advice.costs["draft_spread"])]), "",
               f"Target entropy moments at T = 1: μ = {advice.moments.mu:.3f} nats, μ₂ = {advice.moments.mu2:.3f} nats².", ""]
+    noisy = max(list(advice.costs["target_spread"][:4]) + list(advice.costs["draft_spread"][:4]), default=0.0)
+    if noisy > NOISY_CALIBRATION:
+        lines += [f"**Warning: the cost curve was measured on a busy machine** (spread up to {noisy:.0%} at k ≤ 8): "
+                  "every prediction below is priced with it. Run `advise` again when nothing else runs.", ""]
     for mode, m in advice.modes.items():
         lines += [f"## {mode}", ""]
         verdict = (f"**Recommended: {m.best.kind} {'γ' if m.best.kind == 'chain' else 'P'} = {m.best.size}, predicted "
