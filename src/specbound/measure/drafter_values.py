@@ -33,9 +33,9 @@ from .moments import MomentSample
 from .oracle import contexts_at
 from .records import Stage
 
-__all__ = ["ChainVerificationValues", "DrafterExact", "DrafterRun", "DrafterRuns", "DrafterValues", "ExactAt", "drafter_runs",
-           "TreeValues", "accepted_along", "chain_verification_values", "drafter_values", "drafter_values_at", "dynamic_tree_values",
-           "greedy_tree_rounds", "measure_target_costs"]
+__all__ = ["ChainVerificationValues", "DrafterExact", "DrafterRun", "DrafterRuns", "DrafterValues", "ExactAt",
+           "TreeValues", "accepted_along", "chain_verification_values", "drafter_runs", "drafter_values",
+           "drafter_values_at", "dynamic_tree_values", "greedy_tree_rounds", "measure_target_costs"]
 
 EXACT_KINDS = ("dynamic", "chain")
 
@@ -48,6 +48,7 @@ class ExactAt:
     draft_seconds: float
     draft_calls: int
     depths: list[int] = field(default_factory=list)     # depth of each node, same order as ``running``
+    reads: list[int] = field(default_factory=list)      # tokens read by each draft call of the proposal
 
 
 def drafter_values_at(target, draft, context: list[int], capacity: int, config: SamplingConfig,
@@ -75,20 +76,22 @@ def drafter_values_at(target, draft, context: list[int], capacity: int, config: 
     return out
 
 
-def _propose_once(drafter, draft, context, capacity, generator, before):
-    """One proposal at ``context`` and its seconds; the draft's cache is left as it was found."""
+def _propose_once(drafter, draft, context, max_depth, generator, before):
+    """One proposal at ``context`` (depth ≤ ``max_depth``), its seconds and the tokens read by each of
+    its draft calls; the draft's cache is left as it was found (at length ``before``)."""
     t0 = time.perf_counter()
     try:
-        tree = drafter.propose(context, capacity, generator)
+        tree = drafter.propose(context, max_depth, generator)
+        reads = [int(k) for k, _ in drafter.cache.reads]
     finally:
         drafter.abandon()
         draft.crop(min(before, draft.cache_length))
-    return tree, time.perf_counter() - t0
+    return tree, time.perf_counter() - t0, reads
 
 
 def _dynamic_at(target, draft, context, capacity, config, generator, rank, before) -> ExactAt:
     dyn = DynamicTreeDrafter(draft, rank, capacity)
-    tree, seconds = _propose_once(dyn, draft, context, capacity, generator, before)
+    tree, seconds, reads = _propose_once(dyn, draft, context, capacity, generator, before)
     tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
     laws = tree_laws(target, context, tokens, parents, config)
     probs: list[float] = []
@@ -97,7 +100,7 @@ def _dynamic_at(target, draft, context, capacity, config, generator, rank, befor
     depths = tree.depths.tolist()
     order = sorted(range(len(tokens)), key=lambda i: (-float(tree.scores[i]), depths[i], i))   # best-first
     return ExactAt(np.cumsum([probs[i] for i in order]).tolist(), seconds, tree.draft_calls,
-                   [depths[i] for i in order])
+                   [depths[i] for i in order], reads)
 
 
 def _sampled_chain(target, draft, context, capacity, config, generator, before):
@@ -105,7 +108,7 @@ def _sampled_chain(target, draft, context, capacity, config, generator, before):
     and the draft's processed laws along it (float64 [n+1, V]; the law before token i is row i, the
     root's row 0), the drafting seconds and draft calls."""
     chain = SampledTreeDrafter(draft, config, capacity, branching=(1,))
-    drafted, seconds = _propose_once(chain, draft, context, capacity, generator, before)
+    drafted, seconds, _ = _propose_once(chain, draft, context, capacity, generator, before)
     tokens = drafted.tokens.tolist()
     laws = tree_laws(target, context, tokens, drafted.parents.tolist(), config)
     return tokens, laws, drafted.draft_probs.to(torch.float64).numpy(), seconds, drafted.draft_calls
@@ -134,25 +137,18 @@ class TreeValues(NamedTuple):
     reads: list[np.ndarray]
 
 
-def _read_counts(reads: list[tuple[int, float]], size: int) -> np.ndarray:
+def _read_counts(reads: list[int], size: int) -> np.ndarray:
     counts = np.zeros(size + 1)
-    for k, _ in reads:
-        counts[min(int(k), size)] += 1
+    for k in reads:
+        counts[min(k, size)] += 1
     return counts
 
 
-def _propose_reads(draft, context: list[int], capacity: int, rank: SamplingConfig, generator,
-                   max_depth: int | None = None):
-    """One dynamic-tree proposal of capacity P at ``context`` (draft cache at a prefix of it) and the
-    widths of the draft calls it made; the draft's cache is left as it was found."""
-    before = draft.cache_length
-    drafter = DynamicTreeDrafter(draft, rank, capacity)
-    try:
-        tree = drafter.propose(context, capacity if max_depth is None else max_depth, generator)
-        reads = list(drafter.cache.reads)
-    finally:
-        drafter.abandon()
-        draft.crop(min(before, draft.cache_length))
+def _propose_dynamic(draft, context: list[int], capacity: int, rank: SamplingConfig, generator, max_depth: int):
+    """One dynamic-tree proposal of capacity P at ``context`` (the draft's cache at a prefix of it):
+    the tree and the tokens read by each draft call; the cache is left as it was found."""
+    tree, _, reads = _propose_once(DynamicTreeDrafter(draft, rank, capacity), draft, context, max_depth, generator,
+                                   draft.cache_length)
     return tree, reads
 
 
@@ -161,9 +157,9 @@ def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sa
     """Mean exact E[X | T_dyn(P)] over ``contexts`` for every P in ``capacities``, the mean level
     widths of T_dyn(P) and the draft reads of the drafter of capacity P (:class:`TreeValues`), by
     :func:`drafter_values_at` at each context (context c draws from ``derive_seed(seed, "dynamic tree
-    values", c)``). The best-first tree is nested, so one tree of the largest P gives every value;
-    the reads differ per P (the drafter reads the nodes of each depth that rank among ITS P best), so
-    each P proposes once more, draft only. At greedy the tree is ranked by the draft's temperature-1
+    values", c)``). The best-first tree is nested, so one tree of the largest P gives every value
+    and its reads; the reads differ per P (the drafter reads the nodes of each depth that rank among
+    ITS P best), so every smaller P proposes once more, draft only. At greedy the tree is ranked by the draft's temperature-1
     law (a one-hot law ranks no alternatives) while the target's laws stay greedy."""
     caps = [int(c) for c in capacities]
     pmax = max(caps)
@@ -183,7 +179,8 @@ def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sa
             values[c, j] = at.running[n - 1] if n else 0.0
             for d in at.depths[:n]:
                 widths[j][d] += 1
-            reads[j] += _read_counts(_propose_reads(draft, context, P, rank, generator)[1], pmax)
+            read = at.reads if P == pmax else _propose_dynamic(draft, context, P, rank, generator, P)[1]
+            reads[j] += _read_counts(read, pmax)
     target.reset()
     draft.reset()
     n = max(len(contexts), 1)
@@ -233,7 +230,7 @@ def greedy_tree_rounds(draft, texts: list[tuple[list[int], list[int]]], capaciti
             while pos < len(text):
                 context = list(prompt) + list(text[:pos])
                 d_ctx.set(context)
-                tree, read = _propose_reads(draft, context, P, rank, generator, max_depth=len(text) - pos)
+                tree, read = _propose_dynamic(draft, context, P, rank, generator, len(text) - pos)
                 accepted = accepted_along(tree, text[pos:])
                 for d in tree.depths.tolist():
                     widths[j][d] += 1
