@@ -64,18 +64,26 @@ def int8_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
+def _prepack(qweight: torch.Tensor, scale: torch.Tensor):
+    """fbgemm's packed weight for int8 values [out, in] with 1 (per-tensor) or ``out`` (per-channel)
+    float32 scales, zero points 0."""
+    with warnings.catch_warnings():        # torch deprecates quantized tensors in favour of torchao; the
+        warnings.simplefilter("ignore")    # fbgemm kernels they feed are what this CPU path needs
+        if scale.numel() == 1:
+            quantized = torch._make_per_tensor_quantized_tensor(qweight.contiguous(), float(scale), 0)
+        else:
+            zeros = torch.zeros(qweight.shape[0], dtype=torch.long)
+            quantized = torch._make_per_channel_quantized_tensor(qweight.contiguous(), scale.double(), zeros, 0)
+        return torch.ops.quantized.linear_prepack(quantized, None)
+
+
 def activation_bits() -> int:
     """8 if fbgemm's dynamic linear on this CPU computes a worst-case 8-bit product exactly (every
     activation at the top of the u8 range times weights of +127: pair sums of 2·255·127 overflow
     int16 on kernels that sum pairs in 16 bits), else 7. Probed once per process."""
     if not _PROBED_BITS:
         n = 64
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            weight = torch._make_per_channel_quantized_tensor(torch.full((8, n), 127, dtype=torch.int8),
-                                                              torch.ones(8, dtype=torch.double),
-                                                              torch.zeros(8, dtype=torch.long), 0)
-            packed = torch.ops.quantized.linear_prepack(weight, None)
+        packed = _prepack(torch.full((8, n), 127, dtype=torch.int8), torch.ones(8))
         rows = torch.stack([torch.ones(n), -torch.ones(n)])
         got = torch.ops.quantized.linear_dynamic(rows, packed, False)[:, 0]
         # exact: ±127·n up to one activation step (1/127.5 of the range); saturated pair sums: ~half
@@ -159,16 +167,9 @@ class Int8Linear(nn.Module):
     def _group(self, qweight: torch.Tensor, scale: torch.Tensor):
         """(scales, fbgemm-packed weight, anchor row) of one column group."""
         scale = _row_scales(scale, qweight.shape[0], "scale")
-        with warnings.catch_warnings():        # torch deprecates quantized tensors in favour of torchao; the
-            warnings.simplefilter("ignore")    # fbgemm kernels they feed are what this CPU path needs
-            if scale.numel() == 1:
-                quantized = torch._make_per_tensor_quantized_tensor(qweight.contiguous(), float(scale), 0)
-            else:
-                zeros = torch.zeros(qweight.shape[0], dtype=torch.long)
-                quantized = torch._make_per_channel_quantized_tensor(qweight.contiguous(), scale.double(), zeros, 0)
         anchor = torch.zeros(1, qweight.shape[1])
         anchor[0, 0], anchor[0, -1] = -1.0, 1.0
-        return scale, torch.ops.quantized.linear_prepack(quantized, None), anchor
+        return scale, _prepack(qweight, scale), anchor
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, weights: str = "channel", activations: str = "token",

@@ -32,6 +32,8 @@ __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_P
 INT8_OUTLIERS = 16
 #: How the cached int8 weights were made (the int8 cache's recipe: another recipe rebuilds the cache).
 INT8_RECIPE = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_OUTLIERS} outlier channels apart)"
+
+
 def int8_kernels() -> str:
     """Kernel name of int8 models at run time (part of the cost-cache key and of every report): the
     recipe's weights, the outlier channels' products exact in float32
