@@ -306,3 +306,20 @@ def test_tau_against_alone_pairs_each_request_with_itself():
     assert (row.batch, row.method, row.requests) == (2, "sd γ=auto", 2)
     assert row.mean == 1.0 and row.low == 0.5 and row.high == 1.5      # (2/4 + 3/2) / 2
     assert row.drafted_per_round == 1.0 and row.drafted_alone == 4.0
+
+
+def test_rows_run_in_turn_are_priced_as_the_sum_of_their_reads():
+    """llama.cpp rows (a context each) read one after another: a pass over B rows of k tokens costs
+    B·c(k), not c(B·k); the batch prior and the throughput model price them so."""
+    from specbound.theory.speedup import batch_throughput, expected_tokens_per_step, rows_pass_seconds
+
+    d = CostProfile((1, 2, 4, 8, 16), (0.01, 0.012, 0.02, 0.04, 0.08))
+    t = CostProfile((1, 2, 4, 8, 16, 32), (0.1, 0.1, 0.1, 0.11, 0.15, 0.24))
+    assert float(rows_pass_seconds(d, 4, 2, shared=True)) == pytest.approx(float(d(8)))
+    assert float(rows_pass_seconds(d, 4, 2, shared=False)) == pytest.approx(4 * float(d(2)))
+    prior = batch_cost_prior(CostMeasurement(t, d), 4, rows_shared=(False, True))
+    assert prior.draft(2) == pytest.approx(4 * float(d(2))) and prior.target(2) == pytest.approx(float(t(8)))
+    alpha, gamma, B = 0.8, 3, 4
+    by_hand = B * expected_tokens_per_step(alpha, gamma) / (gamma * B * float(d(1)) + float(t(B * (gamma + 1))))
+    assert batch_throughput(alpha, gamma, B, d, t, draft_rows_shared=False) == pytest.approx(by_hand)
+    assert batch_throughput(alpha, gamma, B, d, t) > by_hand          # shared draft passes cost less here

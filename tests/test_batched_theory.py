@@ -135,9 +135,20 @@ def test_batch_draft_length_is_one_length_per_round_and_follows_the_faster_choic
         policy.observe(2, 0)
     assert policy.model_gamma() == 0
     # the batch's measured passes rescale the curves
-    slow_target = [SimpleNamespace(priority=1, tokens=8, seconds=2 * float(VERIFY(8)))] * 5
+    slow_target = [SimpleNamespace(priority=1, rows=2, tokens=8, seconds=2 * float(VERIFY(8)))] * 5
     policy = BatchDraftLength(cheap, passes=lambda: slow_target, live=lambda: 2)
-    assert policy._ratio(1, VERIFY) == pytest.approx(2.0) and policy._ratio(0, DRAFT) == 1.0
+    assert policy._ratio(1, VERIFY, True) == pytest.approx(2.0) and policy._ratio(0, DRAFT, True) == 1.0
+    # draft rows read in turn (llama.cpp): a pass over 4 rows of one token is priced 4·d(1), not d(4)
+    in_turn = [SimpleNamespace(priority=0, rows=4, tokens=4, seconds=4 * float(DRAFT(1)))] * 5
+    policy = BatchDraftLength(cheap, passes=lambda: in_turn, live=lambda: 4, rows_shared=(False, True))
+    assert policy._ratio(0, DRAFT, False) == pytest.approx(1.0)
+    assert policy._ratio(0, DRAFT, True) == pytest.approx(4 * float(DRAFT(1)) / float(DRAFT(4)))
+    for _ in range(40):
+        policy.observe(3, 3)
+    shared = BatchDraftLength(cheap, live=lambda: 4)
+    for _ in range(40):
+        shared.observe(3, 3)
+    assert policy.model_gamma() <= shared.model_gamma()       # dearer draft passes never lengthen the chain
 
 
 def test_batch_draft_length_trusts_timed_rounds_over_its_model(monkeypatch):

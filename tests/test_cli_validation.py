@@ -26,7 +26,6 @@ from specbound.cli import main
     (["generate", "--prompt-set", "builtin", "--index", "0,x"], "--index must be an integer or a comma"),
     (["generate", "--prompt-set", "builtin", "--index", "0,99999"], "--index 99999"),
     (["generate", "--prompt-file", "/nonexistent/prompts.txt"], "no such file"),
-    (["generate", "--prompt-set", "builtin", "--index", "0,1", "--draft-engine", "llamacpp"], "needs the torch draft"),
     (["generate", "--temperature", "-1"], "temperature"),
     (["generate", "--top-p", "1.5"], "top_p"),
     (["generate", "--tree", "0"], "capacity P"),

@@ -107,3 +107,66 @@ def test_tokenizers_of_two_engines_are_compared_by_what_they_produce():
     wide.vocab_size = 305
     with pytest.raises(SpecboundError, match="vocabulary mismatch"):
         check_same_tokenizer(M(_Tok(), "t"), wide)
+
+
+# ------------------------------------------------------------------ llama.cpp rows in a batch
+BATCH_PROMPTS = [[1, 60, 70, 80, 90], [5, 9], [7, 30, 31, 32, 33, 34, 35, 36]]   # different lengths
+BATCH_BUDGETS = [14, 9, 11]                                                       # and horizons
+
+
+def _static_target(path):
+    from transformers import AutoModelForCausalLM
+
+    from specbound.models.static import StaticCacheHFModel
+
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    quantize_int8(model)
+    return StaticCacheHFModel(model, name="tiny-torch-target-int8")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_llamacpp_draft_rows_decode_each_request_as_alone(files, draft, temperature):
+    """A torch target (its rows share passes) fed by llama.cpp draft rows (a context each, run in turn):
+    every request's tokens equal the same request decoded alone, greedy and sampled (same seed: the
+    draft's logits of a row are those it has alone, so the random streams line up too)."""
+    from specbound.decoding.batch import speculative_decode_batch
+
+    target = _static_target(files["target"])
+    kw = dict(gamma=3, temperature=temperature, top_k=None if temperature == 0 else 8)
+    batch = speculative_decode_batch(target, draft, BATCH_PROMPTS, BATCH_BUDGETS, seed=40, **kw)
+    draft_passes = [p for p in batch.passes if p.priority == 0]
+    assert draft_passes and max(p.rows for p in draft_passes) == len(BATCH_PROMPTS)   # the draft's rows were scheduled
+    accepted = 0
+    for i, prompt in enumerate(BATCH_PROMPTS):
+        alone = speculative_decode(target, draft, torch.tensor([prompt]), BATCH_BUDGETS[i], seed=40 + i, **kw)
+        assert batch[i].tokens == alone.tokens, i
+        accepted += sum(batch[i].metrics.accepted_per_step)
+    assert accepted > 0
+
+
+def test_llamacpp_rows_as_target_and_draft_decode_each_request_as_alone(files, draft):
+    from specbound.decoding.batch import autoregressive_decode_batch, speculative_decode_batch
+
+    target = LlamaCppModel(files["target"], n_ctx=256, identity=None, name="tiny-llamacpp-target", n_threads=1)
+    batch = speculative_decode_batch(target, draft, BATCH_PROMPTS, BATCH_BUDGETS, gamma=2, temperature=0, seed=3)
+    plain = autoregressive_decode_batch(target, BATCH_PROMPTS, BATCH_BUDGETS, temperature=0)
+    for i, prompt in enumerate(BATCH_PROMPTS):
+        alone = autoregressive_decode(target, torch.tensor([prompt]), BATCH_BUDGETS[i], temperature=0).tokens
+        assert batch[i].tokens == alone and plain[i].tokens == alone, i
+
+
+def test_llamacpp_rows_share_the_weights_and_outlive_the_model_they_came_from(files):
+    model = LlamaCppModel(files["draft"], n_ctx=128, identity=None, n_threads=1)
+    prompt = torch.tensor([[1, 60, 70]])
+    reference = model.forward(prompt)
+    row = model.fork()
+    assert row._model is model._model and row._ctx is not None and row._ctx != model._ctx
+    assert row.cache_length == 0 and model.cache_length == 3          # a cache of its own, empty
+    model.close()                                                    # the weights stay while a row uses them
+    torch.testing.assert_close(row.forward(prompt), reference, atol=1e-5, rtol=1e-5)
+    other = row.fork()
+    row.close()
+    assert other.forward(prompt).shape == reference.shape
+    other.close()
+    with pytest.raises(SpecboundError, match="closed"):
+        other.forward(prompt)

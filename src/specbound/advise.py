@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decoding import SamplingConfig, autoregressive_decode, speculative_decode
+from .decoding.batch import rows_shared
 from .decoding.costs import CostMeasurement, measure_costs
 from .errors import SpecboundError
 from .measure.drafter_values import chain_verification_values, dynamic_tree_values, greedy_tree_rounds
@@ -43,7 +44,8 @@ from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .seeds import derive_seed
 from .theory.bounds import MomentEstimate
 from .theory.speedup import (
-    CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup, shared_pass_throughput,
+    CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup, rows_pass_seconds,
+    shared_pass_throughput,
 )
 
 __all__ = ["AdviseConfig", "Advice", "BatchAdvice", "ModeAdvice", "Setting", "advise", "batch_advice", "batch_table",
@@ -261,7 +263,8 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             advice.bound_speedup = {P: float(round_speedup(b, 0.0, verify_cost, P + 1)) for P, b in advice.bound.items()}
         advice.speed_of_light = {P: float(round_speedup(v, 0.0, verify_cost, P + 1)) for P, v in advice.oracle.items()}
         advice.best = max(list(chain.values()) + list(tree.values()), key=lambda s: s.predicted)
-        advice.batch = {B: batch_advice(B, chain, advice.oracle, verify_cost, draft_cost) for B in config.batches}
+        advice.batch = {B: batch_advice(B, chain, advice.oracle, verify_cost, draft_cost, rows_shared(target, draft))
+                        for B in config.batches}
         modes[mode] = advice
     return Advice(config=config,
                   models={"target": f"{target.name} ({target.info.kernels})",
@@ -273,13 +276,18 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
 
 
 def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float], verify_cost: CostProfile,
-                 draft_cost: CostProfile) -> BatchAdvice:
+                 draft_cost: CostProfile, rows_shared: tuple[bool, bool] = (True, True)) -> BatchAdvice:
     """Predictions for B requests decoded together (theory/speedup.py, ``shared_pass_throughput``):
-    plain B / t(B); a chain of γ yields its measured E[tokens per round] per request for γ shared draft
-    passes (each priced d(B)/d(1) times the draft forward measured inside a chain) and one target pass
-    over B(γ + 1) tokens; the speed of light drafts T*(P) for free, max over P of B(1 + E[X*])/t(B(P + 1))."""
+    plain B / t(B); a chain of γ yields its measured E[tokens per round] per request for γ draft
+    passes over the B rows (each priced d_B/d(1) times the draft forward measured inside a chain: d_B =
+    d(B) where the draft's rows share a pass, B·d(1) where they run in turn, ``rows_shared[0]``) and one
+    target pass over B(γ + 1) tokens; the speed of light drafts T*(P) for free, max over P of
+    B(1 + E[X*])/t(B(P + 1))."""
+    if not rows_shared[1]:
+        raise SpecboundError("advise --batch prices a target whose rows share one pass (a torch target with the "
+                             "static cache); this target's rows run in turn")
     plain = float(shared_pass_throughput(1.0, batch, 0.0, 1, verify_cost))
-    scale = float(draft_cost(batch)) / float(draft_cost(1))
+    scale = float(rows_pass_seconds(draft_cost, batch, 1, rows_shared[0])) / float(draft_cost(1))
     rates = {g: float(shared_pass_throughput(s.expected_tokens, batch, s.draft_seconds * scale, g + 1, verify_cost))
              for g, s in chain.items()}
     gamma = max(rates, key=rates.get) if rates else 0

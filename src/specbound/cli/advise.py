@@ -64,7 +64,8 @@ def run(args) -> int:
         if args.engine != "torch":
             from ..errors import SpecboundError
 
-            raise SpecboundError("--batch needs --engine torch: llama.cpp rows of a batch are not built yet")
+            raise SpecboundError("--batch needs --engine torch: it prices a target whose rows share one pass, and "
+                                 "llama.cpp target rows run one after another (the draft may run on llama.cpp)")
     out = check_output_dir(args.out)
     calibration = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
     check = load_prompts(args.prompt_set, limit=args.check_prompts, offset=args.offset + args.n_prompts) \

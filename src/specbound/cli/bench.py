@@ -14,7 +14,7 @@ DEFAULT_OUT = "runs/bench"
 
 
 def add_arguments(p) -> None:
-    from ..options import DEFAULT_TARGET_PRECISION, TARGET_PRECISIONS
+    from ..options import DEFAULT_DRAFT_ENGINE, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
     from ..experiments.bench import BENCH_METHODS, DEFAULT_METHODS, MODES
 
     p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
@@ -48,6 +48,9 @@ def add_arguments(p) -> None:
                         "padded batch, llama.cpp plain one request at a time; greedy, --max-new-tokens each")
     p.add_argument("--gammas", default="auto,4",
                    help="with --batch: the draft lengths to run (comma list of integers and 'auto')")
+    p.add_argument("--draft-engine", default=DEFAULT_DRAFT_ENGINE, choices=list(DRAFT_ENGINES),
+                   help="with --batch: where the draft's rows run (torch int8: rows share one pass; its GGUF on "
+                        "llama.cpp: a context per row, read in turn; auto: llama.cpp when installed)")
     p.add_argument("--contention", action="store_true",
                    help="instead: slowdown of plain and speculative decoding beside one CPU hog, per OpenMP wait "
                         "policy (PASSIVE, ACTIVE) and torch threads (2, 1)")
@@ -113,12 +116,14 @@ def _batched(args, gammas, prompts, out) -> int:
 
     from ..experiments.batched import BatchedConfig, markdown, run
     from ..experiments.bench import PairSpec
+    from ..options import resolve_draft_engine
     from ..experiments.report import to_jsonable, write_json, write_text
 
     console = Console(stderr=True)
     config = BatchedConfig(prompt_set=args.prompt_set, offset=args.offset, n_prompts=len(prompts),
                            tokens=args.max_new_tokens, batches=tuple(args.batch), gammas=gammas)
-    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant)
+    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant,
+                    resolve_draft_engine(args.draft_engine))
     status = console.status("loading models (first use converts the packaged weights, a few minutes)…")
     with status:
         result = run(config, pair, progress=lambda text: status.update(f"batched requests: {text}"),
@@ -184,7 +189,8 @@ def _bench(args, config, out) -> int:
     fingerprint = to_jsonable(config)
     if config.seeds == 1:
         fingerprint.pop("seeds", None)      # a one-seed run's units do not depend on --seeds
-    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant)
+    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant,
+                    resolve_draft_engine(args.draft_engine))
     journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": pair.target or DEFAULT_TARGET,
                                                   "target_precision": pair.target_precision,
                                                   "draft": pair.draft or DEFAULT_DRAFT,

@@ -184,11 +184,6 @@ def run(args) -> int:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     prompts = _pick_prompts(args)
     check_precision(args.target_precision)
-    if len(prompts) > 1:                   # a batch: rows of torch models (llama.cpp rows do not exist yet)
-        if args.draft_engine == "llamacpp":
-            raise SpecboundError("several prompts are decoded as one batch, which needs the torch draft: drop "
-                                 "--draft-engine llamacpp (or decode one prompt at a time)")
-        args.draft_engine = "torch"
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     if args.draft_engine == "llamacpp":
         from ..models.llamacpp import load_llama_cpp

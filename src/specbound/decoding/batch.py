@@ -33,7 +33,7 @@ import torch
 from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
 from ..models.rows import PassRecord, PassScheduler
-from ..theory.speedup import CostProfile
+from ..theory.speedup import CostProfile, rows_pass_seconds
 from .costs import CostMeasurement, load_or_measure_costs
 from .drafters import ChainDrafter
 from .engine import (
@@ -46,7 +46,7 @@ from .sampling import SamplingConfig
 from .verify import STANDARD
 
 __all__ = ["BatchDecodeResult", "BatchInterrupted", "autoregressive_decode_batch", "batch_cost_prior",
-           "speculative_decode_batch"]
+           "rows_shared", "speculative_decode_batch"]
 
 #: rows reserve cache slots in doublings; tree nodes of one round on top of prompt + new tokens
 _TREE_SLOTS = 64
@@ -104,16 +104,25 @@ class BatchInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-def batch_cost_prior(measurement: CostMeasurement, batch: int) -> CostMeasurement:
+def batch_cost_prior(measurement: CostMeasurement, batch: int, rows_shared: tuple[bool, bool] = (True, True)
+                     ) -> CostMeasurement:
     """The cost prior one request of a batch of ``batch`` sizes its drafts with: t_B(k) = t(B·k) and
     d_B(k) = d(B·k), the shared pass when every request sends k tokens (symmetric requests: one
-    request's tokens per second is then the batch's throughput over B). Not cached (``key=None``)."""
+    request's tokens per second is then the batch's throughput over B); B·d(k) (B·t(k)) where the
+    draft's (target's) rows run in turn (``rows_shared`` = (draft, target)). Not cached (``key=None``)."""
+    draft_shared, target_shared = rows_shared
     ks = tuple(measurement.target.ks)
     dks = tuple(measurement.draft.ks)
     return CostMeasurement(
-        CostProfile(ks, tuple(float(measurement.target(batch * k)) for k in ks)),
-        CostProfile(dks, tuple(float(measurement.draft(batch * k)) for k in dks)),
+        CostProfile(ks, tuple(float(rows_pass_seconds(measurement.target, batch, k, target_shared)) for k in ks)),
+        CostProfile(dks, tuple(float(rows_pass_seconds(measurement.draft, batch, k, draft_shared)) for k in dks)),
         source=f"{measurement.source}, scaled to a batch of {batch}", key=None)
+
+
+def rows_shared(target: LanguageModel, draft: LanguageModel | None) -> tuple[bool, bool]:
+    """(draft, target): whether each model's rows share one forward in a batch's pass."""
+    return (bool(getattr(draft, "rows_share_passes", True)) if draft is not None else True,
+            bool(getattr(target, "rows_share_passes", False)))
 
 
 def _check_prompts(prompts, target: LanguageModel) -> list[list[int]]:
@@ -254,7 +263,8 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     ``seed`` would, and no request's stream depends on the others. ``callback(i, new_token_ids)``
     streams request i's tokens. Every draft and target pass is shared by the requests waiting on it
     (rows of backends that can share passes: Llama-family Hugging Face models with the static cache;
-    others decode their rows in turn, with the same output). ``gamma="auto"`` gives the batch one chain
+    others decode their rows in turn, with the same output: llama.cpp rows, each a context of its own
+    over the same weights, one after another in the serving thread). ``gamma="auto"`` gives the batch one chain
     length per round (:class:`~specbound.decoding.policy.BatchDraftLength`); ``tree="auto"`` sizes each
     request's tree against the shared pass (:func:`batch_cost_prior`).
     """
@@ -265,14 +275,15 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     n = len(prompts)
     joint = gamma == "auto" and tree is None and (drafts or 1) == 1 and n > 1
     measurement = load_or_measure_costs(target, draft) if "auto" in (gamma, tree) else None
-    shared = batch_cost_prior(measurement, n) if measurement is not None and not joint else None
+    sharing = rows_shared(target, draft)
+    shared = batch_cost_prior(measurement, n, sharing) if measurement is not None and not joint else None
     lengths = {}
 
     def make_drafter(target_row, draft_row, scheduler):
         if joint:                            # one chain length per round for the whole batch
             if "policy" not in lengths:
                 lengths["policy"] = BatchDraftLength(measurement, passes=lambda: scheduler.passes,
-                                                     live=lambda: scheduler.live)
+                                                     live=lambda: scheduler.live, rows_shared=sharing)
             return ChainDrafter(draft_row, sampling, lengths["policy"])
         drafter = spec.build(target_row, draft_row, sampling)
         drafter.shared_costs = shared

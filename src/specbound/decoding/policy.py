@@ -156,7 +156,9 @@ class BatchDraftLength:
       the first round drafts ``start`` tokens);
     * the pair's cost curves t, d, rescaled by the median ratio of the batch's measured passes to the
       curve (rows' passes cost more than one row's; ``passes`` returns the scheduler's records), at the
-      batch's current size (``live`` returns the number of requests still decoding).
+      batch's current size (``live`` returns the number of requests still decoding); a pass over B rows
+      costs c(B·k) where the model's rows share one forward and B·c(k) where they run in turn
+      (``rows_shared`` = (draft, target), e.g. llama.cpp draft rows: :func:`~specbound.theory.speedup.rows_pass_seconds`).
     * each round's work outside the passes (the requests' sampling, verification and scheduling share
       one interpreter, so it grows with B and with γ): w_plain seconds for a plain round and c₀ + c₁·γ
       for a drafted one, fitted to the timed rounds' seconds minus their passes' predicted cost at the
@@ -172,10 +174,11 @@ class BatchDraftLength:
     """
 
     def __init__(self, costs, passes=None, live=None, max_gamma: int = 8, start: int = 2, explore_every: int = 16,
-                 trial: int = 2, window: int = 8):
+                 trial: int = 2, window: int = 8, rows_shared: tuple[bool, bool] = (True, True)):
         import threading
 
         self.costs, self.passes, self.live = costs, passes, live or (lambda: 1)
+        self.draft_shared, self.verify_shared = (bool(x) for x in rows_shared)
         self.max_gamma, self.start, self.explore_every = int(max_gamma), int(start), int(explore_every)
         self.trial, self.window = int(trial), int(window)
         self.hits = np.ones(self.max_gamma)          # Beta(1, 1) per depth
@@ -197,10 +200,13 @@ class BatchDraftLength:
             a[seen[-1] + 1:] = a[seen[-1]]
         return a
 
-    def _ratio(self, priority: int, curve) -> float:
+    def _ratio(self, priority: int, curve, shared: bool) -> float:
+        from ..theory.speedup import rows_pass_seconds
+
         recent = (self.passes() if self.passes is not None else [])[-64:]
         records = [p for p in recent if p.priority == priority]
-        ratios = [p.seconds / float(curve(max(p.tokens, 1))) for p in records if p.tokens > 0]
+        ratios = [p.seconds / float(rows_pass_seconds(curve, p.rows, p.tokens / p.rows, shared))
+                  for p in records if p.tokens > 0 and p.rows > 0]
         return float(np.median(ratios)) if ratios else 1.0
 
     def model_gamma(self) -> int:
@@ -210,18 +216,21 @@ class BatchDraftLength:
         if not self.observed.any():
             return self.start
         t, d = self.costs.target, self.costs.draft
-        rt, rd = self._ratio(1, t), self._ratio(0, d)
+        rt, rd = self._ratio(1, t, self.verify_shared), self._ratio(0, d, self.draft_shared)
         verify = CostProfile(tuple(t.ks), tuple(rt * s for s in t.seconds))
         draft = CostProfile(tuple(d.ks), tuple(rd * s for s in d.seconds))
         live = max(int(self.live()), 1)
         return best_batch_gamma(self.alpha(), live, draft, verify, self.max_gamma,
-                                self.round_overhead(live, draft, verify))[0]
+                                self.round_overhead(live, draft, verify), self.draft_shared, self.verify_shared)[0]
 
     def round_overhead(self, live: int, draft, verify) -> tuple[float, float, float]:
         """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
         c₀ + c₁·γ — from the recent timed rounds at this batch size (means; c₁ by least squares once two
         chain lengths have been timed; a term not yet measured is 0)."""
-        recent = [(g, s - (g * float(draft(live)) if g else 0.0) - float(verify(live * (g + 1))))
+        from ..theory.speedup import rows_pass_seconds
+
+        recent = [(g, s - g * float(rows_pass_seconds(draft, live, 1, self.draft_shared))
+                   - float(rows_pass_seconds(verify, live, g + 1, self.verify_shared)))
                   for g, done in self.rounds.items() for s in [s for _, s, b in done if b == live][-self.window:]]
         plain = [w for g, w in recent if g == 0]
         drafted = [(g, w) for g, w in recent if g > 0]

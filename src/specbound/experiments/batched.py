@@ -4,7 +4,8 @@ Total tokens per second and per-request latency of speculative decoding of B req
 (``speculative_decode_batch``) against plain batched decoding on the SAME target
 (``autoregressive_decode_batch``) and Hugging Face ``generate`` with a left-padded batch of B on the same
 target modules; and, as the reference a CPU user runs today, llama.cpp plain decoding of the target's
-GGUF, one request after another (llama.cpp rows of a batch are not built in specbound). The held-out
+GGUF, one request after another (the binding's own loop; specbound's llama.cpp rows serve as draft
+rows here: ``--draft-engine llamacpp``, a context per request over shared weights). The held-out
 prompts are decoded in groups of B, every method on every group, in an order rotated per group, in one
 process; every request decodes exactly ``tokens`` new tokens (no stop token), so all methods do the same
 work. Greedy: each request's tokens are compared with plain decoding of the same request alone.
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decoding.batch import autoregressive_decode_batch, speculative_decode_batch
+from ..decoding.batch import autoregressive_decode_batch, rows_shared, speculative_decode_batch
 from ..decoding.costs import measure_costs
 from ..decoding.engine import autoregressive_decode
 from ..theory.speedup import batch_throughput
@@ -192,6 +193,7 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
         depth = max((len(a) for a in acc), default=0)
         alpha = [statistics.fmean([a[i] for a in acc if len(a) > i and a[i] == a[i]] or [0.0]) for i in range(depth)]
     rows = []
+    draft_shared, target_shared = rows_shared(target, draft)
     for B in config.batches:
         for method in methods + ([LLAMACPP] if llama is not None and B == config.batches[0] else []):
             sel = [r for r in runs if r["B"] == B and r["method"] == method]
@@ -199,9 +201,10 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
             rates = [r["new_tokens"] / r["wall"] for r in sel]
             predicted = None
             if method == "plain":
-                predicted = batch_throughput(0.0, 0, B, costs.draft, costs.target)
+                predicted = batch_throughput(0.0, 0, B, costs.draft, costs.target, verify_rows_shared=target_shared)
             elif alpha and method.startswith("sd γ=") and method != "sd γ=auto":
-                predicted = batch_throughput(alpha, int(method.split("=")[1]), B, costs.draft, costs.target)
+                predicted = batch_throughput(alpha, int(method.split("=")[1]), B, costs.draft, costs.target,
+                                             draft_rows_shared=draft_shared, verify_rows_shared=target_shared)
             new_tokens = sum(r["new_tokens"] for r in sel)
             decode_wall = sum(r["wall"] - r["prefill"] for r in sel)
             rows.append(BatchedRow(
@@ -221,8 +224,9 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
 
 
 def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, loading=None) -> BatchedResult:
-    """The study: the held-out prompts of ``config``, the pair (the int8 draft on torch; and the target's
-    GGUF on llama.cpp when llama-cpp-python is installed, for the reference row), loaded inside the
+    """The study: the held-out prompts of ``config``, the pair (the draft on ``pair.draft_engine``: int8 on
+    torch or its GGUF on llama.cpp; and the target's GGUF on llama.cpp when llama-cpp-python is
+    installed, for the reference row), loaded inside the
     context ``loading()`` when given, then :func:`run_batched`."""
     import importlib.util
     from contextlib import nullcontext
@@ -236,7 +240,7 @@ def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, load
     prompts = load_prompts(config.prompt_set, limit=config.n_prompts, offset=config.offset)
     with (loading or nullcontext)():
         target, draft = load_pair(pair.target, pair.draft, draft_int8=True, target_precision=pair.target_precision,
-                                  draft_engine="torch")
+                                  draft_engine=pair.draft_engine, draft_quant=pair.draft_quant)
         llama = None
         if importlib.util.find_spec("llama_cpp") is not None:
             llama = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
@@ -289,7 +293,8 @@ def markdown(result: BatchedResult, command: str = "") -> str:
         f"d({k}) = {at[k][1]:.1f} ms" for k in (1, 2, 4, 8) if k in at) + ".", ""]
     if result.alpha:
         lines += ["Prediction (`theory/speedup.py`, `batch_throughput`): plain B / t(B); a chain of γ "
-                  "B · (1 + Σ_i Π_{j≤i} α_j) / (γ · d(B) + t(B(γ + 1))), with the per-depth greedy acceptance α "
+                  "B · (1 + Σ_i Π_{j≤i} α_j) / (γ · d_B + t(B(γ + 1))) — d_B = d(B) where the draft's rows share a "
+                  "pass, B · d(1) where they run in turn (llama.cpp) — with the per-depth greedy acceptance α "
                   "of the fixed-γ chain on the requests alone (B = 1): " + ", ".join(f"{a:.2f}" for a in result.alpha)
                   + ". It leaves out the round's fixed Python work (drafting logic, verification, scheduling).", ""]
     return "\n".join(lines) + "\n"

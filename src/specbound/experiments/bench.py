@@ -91,6 +91,7 @@ class PairSpec:
     draft: str | None = None
     target_precision: str = DEFAULT_TARGET_PRECISION
     draft_quant: str = DEFAULT_DRAFT_QUANT
+    draft_engine: str = "torch"            # where ``bench --batch`` runs the draft's rows (torch int8 / llamacpp)
 
 
 @dataclass

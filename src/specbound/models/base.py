@@ -233,6 +233,10 @@ class LanguageModel(ABC):
         raise SpecboundError(f"{self.name} ({self.info.backend} backend) cannot decode several requests at once: "
                              "it has no row of its own to give each request")
 
+    #: whether rows of this model read together in ONE forward (one weight read for all rows) when a
+    #: batch's scheduler holds them; otherwise they run one after another (theory.speedup.rows_pass_seconds)
+    rows_share_passes: bool = False
+
     def cache_bytes_per_slot(self) -> int:
         """Bytes one cached token costs a row of this model (0 when the backend does not say): what
         batched decoding checks against the memory available before it forks rows."""

@@ -39,10 +39,12 @@ Requires ``pip install 'specbound[llamacpp]'`` (llama-cpp-python, built from sou
 from __future__ import annotations
 
 import collections
+import copy
 import ctypes
 import hashlib
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -215,19 +217,14 @@ class LlamaCppModel(SlotCacheModel):
             if kv_cache_type not in types:
                 raise SpecboundError(f"kv_cache_type must be one of {sorted(types)} or None, got {kv_cache_type!r}")
             cparams.type_k = cparams.type_v = types[kv_cache_type]
-        mark = len(_LOG_TAIL)
-        self._ctx = lib.llama_init_from_model(self._model, cparams)
-        if not self._ctx:
-            self.close()
-            raise SpecboundError(f"llama.cpp could not create a context for {self.name} "
-                                 f"(n_ctx={self.n_ctx}, n_batch={self.n_batch}){_recent_errors(mark)}")
+        self._cparams = cparams
+        self._users = [1]                  # contexts (this model and its rows) that use the weights
+        self._open_context()
         # llama.cpp rounds the cell count up (to a multiple of 256); the limit we enforce stays n_ctx
         self.n_ctx = min(self.n_ctx, int(lib.llama_n_ctx(self._ctx)))
         self.n_batch = min(self.n_batch, int(lib.llama_n_batch(self._ctx)))
-        self._mem = lib.llama_get_memory(self._ctx)
         self._vocab = lib.llama_model_get_vocab(self._model)
         self.vocab_size = int(lib.llama_vocab_n_tokens(self._vocab))
-        self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_sequences)
 
         ftype = lib.llama_ftype_name(lib.llama_model_ftype(self._model))
         ftype = ftype.decode() if ftype else str(int(lib.llama_model_ftype(self._model)))
@@ -237,11 +234,26 @@ class LlamaCppModel(SlotCacheModel):
                               load_seconds=time.perf_counter() - start, max_positions=self.n_ctx)
         self.tokenizer = LlamaCppTokenizer(self) if seed_tokenizer else None
         self.decode_calls = 0
+        self.scheduler = None          # a batch's pass scheduler while this model is one of its rows
+        self.batch_priority = 1
         self.reset()
 
     # ------------------------------------------------------------------ lifetime
+    def _open_context(self) -> None:
+        """A llama.cpp context (KV cells, batch) of this model's parameters over the loaded weights."""
+        lib = self._lib
+        mark = len(_LOG_TAIL)
+        self._ctx = lib.llama_init_from_model(self._model, self._cparams)
+        if not self._ctx:
+            self.close()
+            raise SpecboundError(f"llama.cpp could not create a context for {self.name} "
+                                 f"(n_ctx={self.n_ctx}, n_batch={self.n_batch}){_recent_errors(mark)}")
+        self._mem = lib.llama_get_memory(self._ctx)
+        self._batch = lib.llama_batch_init(self.n_batch, 0, self.max_sequences)
+
     def close(self) -> None:
-        """Free the llama.cpp context, batch and model (also done when the object is collected)."""
+        """Free the llama.cpp context and batch, and the weights once no row uses them (also done when
+        the object is collected)."""
         lib = getattr(self, "_lib", None)
         if lib is None:
             return
@@ -252,7 +264,10 @@ class LlamaCppModel(SlotCacheModel):
             lib.llama_free(self._ctx)
             self._ctx = None
         if getattr(self, "_model", None):
-            lib.llama_model_free(self._model)
+            users = getattr(self, "_users", [1])
+            users[0] -= 1
+            if users[0] <= 0:
+                lib.llama_model_free(self._model)
             self._model = None
 
     def __del__(self):
@@ -265,8 +280,26 @@ class LlamaCppModel(SlotCacheModel):
         if not getattr(self, "_ctx", None):
             raise SpecboundError(f"{self.name} is closed")
 
-    # rows of a batch would be sequence ids of one context: not built yet, so batches are refused clearly
-    fork = LanguageModel.fork
+    # ------------------------------------------------------------------ rows of a batch
+    def fork(self) -> "LlamaCppModel":
+        """A new row: a llama.cpp context of its own (its KV cells, empty) over the SAME loaded weights
+        (nothing is copied or loaded again). Rows run their reads one after another — in the batch's
+        serving thread when a :class:`~specbound.models.rows.PassScheduler` holds them, so one thread
+        team does all the work — not as one shared pass: a row's read costs what it costs alone, and the
+        batch's draft passes cost the sum of its rows' (``rows_share_passes`` is False; the batch
+        policy and ``advise --batch`` price them so)."""
+        self._alive()
+        row = copy.copy(self)
+        row._ctx = row._batch = None
+        row._users[0] += 1
+        row._open_context()
+        row.decode_calls = 0
+        row.scheduler = None
+        row.batch_priority = 1
+        row.reset()
+        return row
+
+    rows_share_passes = False
 
     # ------------------------------------------------------------------ cache bookkeeping
     def reset(self) -> None:
@@ -332,6 +365,13 @@ class LlamaCppModel(SlotCacheModel):
 
     def _read(self, toks: list[int], parents: list[int], extend_chain: bool,
               keep_logits: int | None = None) -> torch.Tensor:
+        if self.scheduler is not None:
+            read = _RowRead(self, torch.tensor([toks]), parents, extend_chain, keep_logits)
+            return self.scheduler.submit(_read_rows_in_turn, read, group=id(self._users), priority=self.batch_priority)
+        return self._read_now(toks, parents, extend_chain, keep_logits)
+
+    def _read_now(self, toks: list[int], parents: list[int], extend_chain: bool,
+                  keep_logits: int | None = None) -> torch.Tensor:
         self._alive()
         n = len(toks)
         if self.slots.length + n > self.n_ctx:
@@ -472,3 +512,21 @@ class LlamaCppModel(SlotCacheModel):
     def __repr__(self) -> str:
         return (f"LlamaCppModel({self.name!r}, {self.info.kernels}, n_ctx={self.n_ctx}, "
                 f"threads={self.n_threads}, cached={self.cache_length})")
+
+
+@dataclass
+class _RowRead:
+    """One row's read handed to a batch's scheduler: the row, its tokens [1, k] (the scheduler counts
+    them), their tree parents, and the arguments of :meth:`LlamaCppModel._read_now`."""
+
+    model: LlamaCppModel
+    tokens: torch.Tensor
+    parents: list
+    extend_chain: bool
+    keep_logits: int | None
+
+
+def _read_rows_in_turn(reads: list[_RowRead]) -> list[torch.Tensor]:
+    """The rows' reads of one scheduled pass, one ``llama_decode`` after another (each row has a
+    context of its own)."""
+    return [r.model._read_now(r.tokens[0].tolist(), r.parents, r.extend_chain, r.keep_logits) for r in reads]

@@ -126,6 +126,8 @@ class StaticCacheHFModel(HFModel):
             self.values[..., dst, :] = self.values.index_select(3, index)
 
     # ------------------------------------------------------------------ rows of a batch
+    rows_share_passes = True
+
     def fork(self) -> "StaticCacheHFModel":
         """A new row: the same modules (weights shared, nothing copied) with an empty cache of its own.
         Rows' reads can run together in one pass (:func:`read_rows`) when a batch scheduler holds them."""

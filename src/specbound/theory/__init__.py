@@ -135,11 +135,12 @@ __all__ += [
 
 from .speedup import (  # noqa: E402
     CostProfile, allocate_batch_nodes, batch_throughput, best_batch_gamma, best_gamma, expected_speedup,
-    expected_tokens_per_step, round_speedup, speed_of_light_speedup,
+    expected_tokens_per_step, round_speedup, rows_pass_seconds, speed_of_light_speedup,
 )
 
 __all__ += ["CostProfile", "allocate_batch_nodes", "batch_throughput", "best_batch_gamma", "best_gamma",
-            "expected_speedup", "expected_tokens_per_step", "round_speedup", "speed_of_light_speedup"]
+            "expected_speedup", "expected_tokens_per_step", "round_speedup", "rows_pass_seconds",
+            "speed_of_light_speedup"]
 
 # Sun et al. 2025: block verification of a drafted chain, next to token-wise verification
 from .verification import (  # noqa: E402

@@ -19,6 +19,7 @@ __all__ = [
     "accepted_run_lengths",
     "allocate_batch_nodes",
     "batch_throughput",
+    "rows_pass_seconds",
     "best_batch_gamma",
     "shared_pass_throughput",
     "best_gamma",
@@ -182,13 +183,25 @@ def speed_of_light_speedup(expected_accepted_by_capacity: dict[int, float], veri
 
 
 # ------------------------------------------------------------------------------------------ batches
-def batch_throughput(alpha, gamma: int, batch: int, draft_cost: CostProfile, verify_cost: CostProfile,
-                     round_overhead: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
-    """Total tokens per second of ``batch`` requests decoded together, each drafting a chain of γ
-    (acceptance α per depth) every round: B · E[tokens per round](α, γ) / (γ · d(B) + t(B·(γ + 1)) + w(γ)).
+def rows_pass_seconds(cost: CostProfile, rows, tokens_per_row=1, shared: bool = True) -> np.ndarray:
+    """Seconds of one batch pass over ``rows`` rows of ``tokens_per_row`` tokens each: c(rows · k) when
+    the rows share ONE forward (one weight read for all of them: torch rows, ``models/static.py``),
+    rows · c(k) when they run one after another (llama.cpp rows, each a context of its own)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    k = np.asarray(tokens_per_row, dtype=np.float64)
+    return cost(rows * k) if shared else rows * cost(k)
 
-    Every target pass reads all B requests' γ + 1 tokens (one shared pass, cost t(B(γ+1))); every
-    draft depth is one shared draft pass over B tokens (d(B)). γ = 0 is plain batched decoding,
+
+def batch_throughput(alpha, gamma: int, batch: int, draft_cost: CostProfile, verify_cost: CostProfile,
+                     round_overhead: tuple[float, float, float] = (0.0, 0.0, 0.0),
+                     draft_rows_shared: bool = True, verify_rows_shared: bool = True) -> float:
+    """Total tokens per second of ``batch`` requests decoded together, each drafting a chain of γ
+    (acceptance α per depth) every round: B · E[tokens per round](α, γ) / (γ · d_B + t(B·(γ + 1)) + w(γ)).
+
+    Every target pass reads all B requests' γ + 1 tokens (one shared pass, cost t(B(γ+1)); B · t(γ + 1)
+    when the target's rows run in turn, ``verify_rows_shared``); every draft depth is one draft pass
+    over the B rows' next tokens, d_B = d(B) when the draft's rows share it and B · d(1) when they run
+    in turn (``draft_rows_shared``, :func:`rows_pass_seconds`). γ = 0 is plain batched decoding,
     B / t(B). The tokens per round are Leviathan et al. 2023's 1 + Σ_i Π_{j≤i} α_j
     (:func:`expected_tokens_per_step`); symmetric requests are assumed (docs/design.md, batched requests).
     ``round_overhead`` (w_plain, c₀, c₁): seconds per round outside the passes (sampling, verification
@@ -202,7 +215,9 @@ def batch_throughput(alpha, gamma: int, batch: int, draft_cost: CostProfile, ver
     if min(plain, c0, c1) < 0:
         raise SpecboundError(f"round_overhead must be >= 0, got {round_overhead}")
     work = c0 + c1 * gamma if gamma > 0 else plain
-    seconds = gamma * float(draft_cost(batch)) + float(verify_cost(batch * (gamma + 1))) + work
+    draft = float(rows_pass_seconds(draft_cost, batch, 1, draft_rows_shared))
+    verify = float(rows_pass_seconds(verify_cost, batch, gamma + 1, verify_rows_shared))
+    seconds = gamma * draft + verify + work
     return batch * expected_tokens_per_step(alpha, gamma) / seconds
 
 
@@ -223,12 +238,14 @@ def shared_pass_throughput(tokens_per_round, batch: int, draft_seconds, tokens_r
 
 def best_batch_gamma(alpha, batch: int, draft_cost: CostProfile, verify_cost: CostProfile,
                      max_gamma: int = 16,
-                     round_overhead: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> tuple[int, float]:
+                     round_overhead: tuple[float, float, float] = (0.0, 0.0, 0.0),
+                     draft_rows_shared: bool = True, verify_rows_shared: bool = True) -> tuple[int, float]:
     """The chain length γ (0 = plain batched decoding) with the largest :func:`batch_throughput` at
     batch size B, and that throughput: the row a per-batch-size table of draft lengths holds."""
     if max_gamma < 0:
         raise SpecboundError("max_gamma must be >= 0")
-    rates = [batch_throughput(alpha, g, batch, draft_cost, verify_cost, round_overhead) for g in range(max_gamma + 1)]
+    rates = [batch_throughput(alpha, g, batch, draft_cost, verify_cost, round_overhead, draft_rows_shared,
+                              verify_rows_shared) for g in range(max_gamma + 1)]
     g = int(np.argmax(rates))
     return g, float(rates[g])
 
