@@ -225,3 +225,35 @@ def test_batch_throughput_with_work_outside_the_passes_by_hand():
     assert batch_throughput(0.5, 2, 2, d, t) == pytest.approx(3.5 / 0.12)
     with pytest.raises(SpecboundError, match="round_overhead"):
         batch_throughput(0.5, 2, 2, d, t, (0.0, -1.0, 0.0))
+
+
+def test_batch_draft_length_per_request_only_decides_between_drafting_and_plain(monkeypatch):
+    """Draft rows read in turn (llama.cpp): the batch policy's candidate is always "draft" (each request
+    sizes its own chain up to ``max_gamma``); timed rounds alone switch to plain rounds when those are
+    faster, and back."""
+    import time
+
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, per_request=True, max_gamma=32,
+                              trial=2, explore_every=4)
+    assert policy.model_gamma() == 32
+    for _ in range(30):
+        policy.observe(3, 0)                    # nothing ever accepted: the model alone would not say so
+    assert policy.model_gamma() == 32
+    chosen = []
+    for r in range(1, 40):
+        g = policy.gamma_for_round(r)
+        chosen.append(g)
+        if g:                                   # a drafting round: 2 requests, 1 token each, 0.30 s
+            policy.observe(3, 0, r)
+            policy.observe(0, 0, r)             # a request that drafted nothing still counts its token
+            clock[0] += 0.30
+        else:                                   # a plain round: 2 tokens in 0.1 s
+            clock[0] += 0.10
+    assert set(chosen) == {0, 32}
+    assert chosen[-8:].count(0) >= 7            # settled on plain rounds, re-trying drafting rarely
+    assert policy._tokens[chosen.index(32) + 1] == 2.0

@@ -124,15 +124,17 @@ def _static_target(path):
     return StaticCacheHFModel(model, name="tiny-torch-target-int8")
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.9])
-def test_llamacpp_draft_rows_decode_each_request_as_alone(files, draft, temperature):
+@pytest.mark.parametrize("temperature,gamma", [(0.0, 3), (0.9, 3), (0.0, "auto")])
+def test_llamacpp_draft_rows_decode_each_request_as_alone(files, draft, temperature, gamma):
     """A torch target (its rows share passes) fed by llama.cpp draft rows (a context each, run in turn):
     every request's tokens equal the same request decoded alone, greedy and sampled (same seed: the
-    draft's logits of a row are those it has alone, so the random streams line up too)."""
+    draft's logits of a row are those it has alone, so the random streams line up too). With
+    gamma="auto" each request sizes its own chain under the batch's draft-or-plain check (greedy: the
+    tokens are the target's whatever is drafted)."""
     from specbound.decoding.batch import speculative_decode_batch
 
     target = _static_target(files["target"])
-    kw = dict(gamma=3, temperature=temperature, top_k=None if temperature == 0 else 8)
+    kw = dict(gamma=gamma, temperature=temperature, top_k=None if temperature == 0 else 8)
     batch = speculative_decode_batch(target, draft, BATCH_PROMPTS, BATCH_BUDGETS, seed=40, **kw)
     draft_passes = [p for p in batch.passes if p.priority == 0]
     assert draft_passes and max(p.rows for p in draft_passes) == len(BATCH_PROMPTS)   # the draft's rows were scheduled
@@ -142,6 +144,8 @@ def test_llamacpp_draft_rows_decode_each_request_as_alone(files, draft, temperat
         assert batch[i].tokens == alone.tokens, i
         accepted += sum(batch[i].metrics.accepted_per_step)
     assert accepted > 0
+    if gamma == "auto":                     # ragged: requests of one round may draft different lengths
+        assert all(r.metrics.drafted_per_step for r in batch)
 
 
 def test_llamacpp_rows_as_target_and_draft_decode_each_request_as_alone(files, draft):

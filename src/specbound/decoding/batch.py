@@ -17,7 +17,9 @@ the same request decoded alone, whatever shares its passes (per-request χ² and
 Sizing: ``gamma="auto"`` gives the whole batch ONE chain length per round
 (:class:`~specbound.decoding.policy.BatchDraftLength`: the γ of best predicted total throughput from
 the pooled acceptance and the batch's measured passes, 0 = plain batched decoding), because a round
-lasts as long as its longest draft. ``tree="auto"`` sizes each request's tree against the cost of the
+lasts as long as its longest draft when the draft's rows share passes; where they are read in turn
+(llama.cpp), a request that drafts less costs the round less, so each request sizes its own chain and
+the batch only decides, by timed rounds, between drafting and plain rounds. ``tree="auto"`` sizes each request's tree against the cost of the
 SHARED pass: its prior is t_B(k) = t(B·k), d_B(k) = d(B·k) (when all B requests send k tokens, the
 pass reads B·k), corrected online by the passes it waits for (:func:`batch_cost_prior`); a request may
 draft nothing in a round.
@@ -276,15 +278,22 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     joint = gamma == "auto" and tree is None and (drafts or 1) == 1 and n > 1
     measurement = load_or_measure_costs(target, draft) if "auto" in (gamma, tree) else None
     sharing = rows_shared(target, draft)
-    shared = batch_cost_prior(measurement, n, sharing) if measurement is not None and not joint else None
+    per_request = joint and not sharing[0]   # draft rows read in turn: each request sizes its own chain
+    shared = batch_cost_prior(measurement, n, sharing) if measurement is not None and (per_request or not joint) \
+        else None
     lengths = {}
 
     def make_drafter(target_row, draft_row, scheduler):
-        if joint:                            # one chain length per round for the whole batch
+        if joint:                            # one draft-or-plain decision (and length) per round for the batch
             if "policy" not in lengths:
                 lengths["policy"] = BatchDraftLength(measurement, passes=lambda: scheduler.passes,
-                                                     live=lambda: scheduler.live, rows_shared=sharing)
-            return ChainDrafter(draft_row, sampling, lengths["policy"])
+                                                     live=lambda: scheduler.live, rows_shared=sharing,
+                                                     per_request=per_request,
+                                                     max_gamma=32 if per_request else 8,
+                                                     trial=8 if per_request else 2, window=16 if per_request else 8)
+            drafter = ChainDrafter(draft_row, sampling, "auto" if per_request else lengths["policy"])
+            drafter.shared, drafter.shared_costs = lengths["policy"], shared
+            return drafter
         drafter = spec.build(target_row, draft_row, sampling)
         drafter.shared_costs = shared
         return drafter

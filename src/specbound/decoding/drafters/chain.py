@@ -71,6 +71,11 @@ class ChainDrafter(Drafter):
             limit = min(max_depth, self.shared.gamma_for_round(self.rounds))
             if limit == 0:
                 return DraftTree.empty()
+            if self.budget is not None:          # ... or a drafting round whose length this request sizes
+                if not self.budget.start(pending=1):
+                    return DraftTree.empty()
+                if self.budget.exploring:
+                    probe = limit = min(limit, self.budget.probe_size())
         elif self.budget is not None:
             limit = min(max_depth, self.budget.max_depth, self.budget.max_nodes)
             if not self.budget.start(pending=1):
@@ -127,8 +132,8 @@ class ChainDrafter(Drafter):
         tree = feedback.tree
         if len(tree):
             self.cache.keep(feedback.verdict.path)
-            if self.shared is not None:
-                self.shared.observe(len(tree), feedback.verdict.accepted, self.rounds)
+        if self.shared is not None and (len(tree) or self.budget is not None):   # a request may draft nothing
+            self.shared.observe(len(tree), feedback.verdict.accepted, self.rounds)
         if self.budget is None:
             return
         costs = self.budget.costs
