@@ -227,10 +227,11 @@ def test_batch_throughput_with_work_outside_the_passes_by_hand():
         batch_throughput(0.5, 2, 2, d, t, (0.0, -1.0, 0.0))
 
 
-def test_batch_draft_length_per_request_only_decides_between_drafting_and_plain(monkeypatch):
-    """Draft rows read in turn (llama.cpp): the batch policy's candidate is always "draft" (each request
-    sizes its own chain up to ``max_gamma``); timed rounds alone switch to plain rounds when those are
-    faster, and back."""
+def test_batch_draft_length_per_request_decides_between_drafting_and_plain_by_the_model(monkeypatch):
+    """Draft rows read in turn (llama.cpp): each request sizes its own chain (the policy hands out
+    ``max_gamma`` as the limit), and the batch policy decides, from the pooled acceptance and the
+    measured costs, whether a round drafts at all. Rounds are timed at the depth of their LONGEST chain
+    (what the round waited for), not at the limit handed out."""
     import time
 
     from specbound.decoding.costs import CostMeasurement
@@ -238,22 +239,23 @@ def test_batch_draft_length_per_request_only_decides_between_drafting_and_plain(
 
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, per_request=True, max_gamma=32,
-                              trial=2, explore_every=4)
-    assert policy.model_gamma() == 32
-    for _ in range(30):
-        policy.observe(3, 0)                    # nothing ever accepted: the model alone would not say so
-    assert policy.model_gamma() == 32
-    chosen = []
-    for r in range(1, 40):
-        g = policy.gamma_for_round(r)
-        chosen.append(g)
-        if g:                                   # a drafting round: 2 requests, 1 token each, 0.30 s
-            policy.observe(3, 0, r)
-            policy.observe(0, 0, r)             # a request that drafted nothing still counts its token
-            clock[0] += 0.30
-        else:                                   # a plain round: 2 tokens in 0.1 s
-            clock[0] += 0.10
-    assert set(chosen) == {0, 32}
-    assert chosen[-8:].count(0) >= 7            # settled on plain rounds, re-trying drafting rarely
-    assert policy._tokens[chosen.index(32) + 1] == 2.0
+
+    def run(accept, rounds=60):
+        policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, per_request=True, max_gamma=32,
+                                  explore_every=8, rows_shared=(False, True))
+        chosen = []
+        for r in range(1, rounds):
+            g = policy.gamma_for_round(r)
+            chosen.append(g)
+            if g:                                   # a drafting round: the requests drafted 4 and 1 tokens
+                policy.observe(4, 4 if accept else 0, r)
+                policy.observe(1, 1 if accept else 0, r)
+            clock[0] += 0.3 if g else 0.1          # 5 draft reads in turn + t(7) ≈ 0.27 s; plain t(2) ≈ 0.1 s
+        return policy, chosen
+
+    policy, chosen = run(accept=True)
+    assert chosen[0] == 32 and chosen[-10:].count(32) >= 9          # drafting pays: the requests size their chains
+    assert set(policy.rounds) <= {0, 4}                              # timed at the longest chain drafted, 4
+    policy, chosen = run(accept=False)
+    assert chosen[-20:].count(0) >= 18                               # nothing accepted: plain rounds ...
+    assert 32 in chosen[20:]                                         # ... with drafting probed now and then

@@ -224,3 +224,43 @@ def test_bad_input():
         speculative_decode(tm, tm, [0], 4, tree=4, verification="block")
     with pytest.raises(SpecboundError, match="verification must be one of"):
         expected_accepted(target=target, draft=target, gamma=2, verification="joint")
+
+
+def test_auto_verification_is_block_where_it_applies():
+    """``verification="auto"`` (``generate``'s default): block verification for a drafted chain, token-wise
+    for trees, M drafts and relaxations (where block verification does not apply). At T > 0 the engine's
+    output under "auto" is the block-verified one: same seed, same tokens, and over many seeds the
+    accepted counts differ from token-wise ones (so "auto" is not silently token-wise)."""
+    from specbound.decoding import DraftSpec
+
+    assert DraftSpec(gamma="auto", verification="auto").verification == "block"
+    assert DraftSpec(gamma=3, verification="auto").rule is BLOCK
+    assert DraftSpec(tree=8, verification="auto").verification == "token"
+    assert DraftSpec(gamma=3, drafts=2, verification="auto").verification == "token"
+    assert DraftSpec(gamma=3, relaxation="opt:0.1", verification="auto").verification == "token"
+    assert DraftSpec(gamma=3).verification == "token"          # the library's default stays Yin's Alg. 1
+
+    target = MarkovChain.random(8, concentration=0.3, seed=21)
+    draft = target.perturbed(0.6, seed=22)
+    tm, dm = ChainModel(target), ChainModel(draft)
+    kw = dict(gamma=6, temperature=1.0, top_k=6)
+    accepted = {"token": 0, "auto": 0}
+    for seed in range(40):
+        auto = speculative_decode(tm, dm, [1], 24, seed=seed, verification="auto", **kw)
+        assert auto.tokens == speculative_decode(tm, dm, [1], 24, seed=seed, verification="block", **kw).tokens
+        assert "block verification" in auto.method
+        accepted["auto"] += sum(auto.metrics.accepted_per_step)
+        accepted["token"] += sum(speculative_decode(tm, dm, [1], 24, seed=seed, **kw).metrics.accepted_per_step)
+    assert accepted["auto"] != accepted["token"]
+
+
+def test_generate_defaults_to_block_verification_of_its_chain():
+    import argparse
+
+    from specbound.cli.generate import add_arguments, draft_spec_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert draft_spec_from_args(parser.parse_args([])).verification == "block"
+    assert draft_spec_from_args(parser.parse_args(["--tree", "8"])).verification == "token"
+    assert draft_spec_from_args(parser.parse_args(["--verification", "token"])).verification == "token"

@@ -37,9 +37,11 @@ def add_arguments(p) -> None:
     p.add_argument("--design", default="B", choices=["A", "B"], help="with --drafts: batch verification design")
     p.add_argument("--relaxation", default=None, metavar="NAME:EPS[:FORM]",
                    help="biased over-acceptance decoding, e.g. opt:0.1 or uno:0.1:ratio (Yin et al. §5; NOT lossless)")
-    p.add_argument("--verification", default="token", choices=["token", "block"],
-                   help="how a sampled draft chain is verified: token-wise (default) or jointly (block "
-                        "verification, Sun et al. 2025: same output law, never fewer accepted tokens)")
+    p.add_argument("--verification", default="auto", choices=["auto", "token", "block"],
+                   help="how a sampled draft chain is verified: jointly (block verification, Sun et al. 2025: "
+                        "same output law, never fewer accepted tokens in expectation) or token-wise (Yin et al. "
+                        "Alg. 1); auto (the default) = block for a drafted chain, token-wise for trees, "
+                        "--drafts and --relaxation; greedy decoding is the same under both")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)

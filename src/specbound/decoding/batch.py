@@ -290,7 +290,7 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
                                                      live=lambda: scheduler.live, rows_shared=sharing,
                                                      per_request=per_request,
                                                      max_gamma=32 if per_request else 8,
-                                                     trial=8 if per_request else 2, window=16 if per_request else 8)
+                                                     window=16 if per_request else 8)
             drafter = ChainDrafter(draft_row, sampling, "auto" if per_request else lengths["policy"])
             drafter.shared, drafter.shared_costs = lengths["policy"], shared
             return drafter

@@ -25,7 +25,8 @@ from .result import DecodeMetrics, DecodeResult, RoundRecord
 from .sampling import SamplingConfig, logits_to_probs
 from .tree import DraftTree
 from .verify import (
-    BLOCK, STANDARD, AcceptanceRule, BlockVerification, Verdict, parse_relaxation, parse_verification, verify,
+    BLOCK, STANDARD, AcceptanceRule, BlockVerification, Verdict, parse_relaxation, parse_verification,
+    resolve_verification, verify,
 )
 
 __all__ = ["DecodeInterrupted", "DraftSpec", "PlainDrafter", "Speculator", "TargetPass", "autoregressive_decode",
@@ -261,7 +262,7 @@ class DraftSpec:
 
     ``gamma`` (int ≥ 1, None = to the horizon, "auto"), ``tree`` (capacity P) with ``tree_drafter``,
     ``drafts`` (M) with ``design``, ``relaxation`` (Decoding-OPT/-UNO on a chain), ``verification``
-    ("token" or "block", a chain); see :func:`speculative_decode` for their meaning. :meth:`build`
+    ("token", "block" for a chain, or "auto": block where it applies, resolved here); see :func:`speculative_decode` for their meaning. :meth:`build`
     makes the drafter.
     """
 
@@ -277,6 +278,8 @@ class DraftSpec:
         n_drafts = check_drafts(self.drafts)
         object.__setattr__(self, "design", check_design(self.design))
         rule = parse_relaxation(self.relaxation)
+        object.__setattr__(self, "verification", resolve_verification(
+            self.verification, chain=self.tree is None and n_drafts == 1, relaxed=rule is not STANDARD))
         if parse_verification(self.verification) is BLOCK:
             if rule is not STANDARD:
                 raise SpecboundError("block verification is lossless; it cannot be combined with a relaxation "
@@ -343,7 +346,10 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
       ``metrics.expected_bias`` holds the summed exact per-step TV bias;
     * ``verification="block"``: a sampled draft chain is verified jointly (block verification, Sun
       et al. 2025, Alg. 2): the same output law, never fewer accepted tokens in expectation than the
-      default token-wise rule ("token"); greedy decoding is unchanged.
+      default token-wise rule ("token"); greedy decoding is unchanged. ``"auto"`` (``specbound
+      generate``'s default) is block verification wherever it applies (a drafted chain, no relaxation)
+      and token-wise otherwise. The library's default stays token-wise: Yin et al.'s Alg. 1, whose
+      rejection counts (Thm 1) the analysis measures.
 
     Sampling settings apply identically to target and draft; the output law is the target's
     processed law (Yin et al. 2024, Thm 1). ``callback`` receives each round's new token ids;

@@ -40,6 +40,7 @@ __all__ = [
     "RelaxedAcceptance", "RoundEnd", "STANDARD", "Verdict", "acceptance_probability", "over_acceptance_probability", "parse_relaxation",
     "recursive_rejection_sampling", "residual_distribution", "step_output_bias", "verify", "VERIFICATIONS",
     "parse_verification",
+    "resolve_verification",
 ]
 
 
@@ -192,13 +193,27 @@ class BlockVerification:
 
 
 BLOCK = BlockVerification()
-VERIFICATIONS = ("token", "block")
+VERIFICATIONS = ("token", "block", "auto")
+
+
+def resolve_verification(verification: str, chain: bool, relaxed: bool) -> str:
+    """``"auto"`` → ``"block"`` where block verification applies (one drafted chain, no relaxation),
+    else ``"token"``; ``"token"`` and ``"block"`` are returned as given. Block verification is chosen
+    where it applies because its expected accepted tokens per round are never below token-wise
+    verification's for the same drafted block (Sun et al. 2025, Thm 2) at the same target pass; at
+    greedy the two rules are the same."""
+    if verification not in VERIFICATIONS:
+        raise SpecboundError(f"verification must be one of {', '.join(map(repr, VERIFICATIONS))}, got {verification!r}")
+    if verification == "auto":
+        return "block" if chain and not relaxed else "token"
+    return verification
 
 
 def parse_verification(verification: str) -> "AcceptanceRule | BlockVerification":
-    """``"token"`` (default: token-wise, Yin et al. 2024 Alg. 1) or ``"block"`` (Sun et al. 2025 Alg. 2)."""
-    if verification not in VERIFICATIONS:
-        raise SpecboundError(f"verification must be one of {', '.join(map(repr, VERIFICATIONS))}, got {verification!r}")
+    """``"token"`` (default: token-wise, Yin et al. 2024 Alg. 1) or ``"block"`` (Sun et al. 2025 Alg. 2);
+    ``"auto"`` must be resolved first (:func:`resolve_verification`)."""
+    if verification not in VERIFICATIONS or verification == "auto":
+        raise SpecboundError(f"verification must be 'token' or 'block' here, got {verification!r}")
     return BLOCK if verification == "block" else STANDARD
 
 

@@ -10,7 +10,8 @@ Methods (all decode exactly ``max_new_tokens`` tokens, EOS ignored, timings incl
 * ``hf-lookup`` — Hugging Face prompt-lookup decoding (10 tokens, n-gram 2, its documented setting);
 * ``specbound-plain`` — the target decoded plainly by specbound's own loop (one token per pass,
   through the same backend the speculative methods use: for Llama-family models the static KV cache);
-* ``specbound-chain`` — chain SD, draft length sized every round (``gamma="auto"``);
+* ``specbound-chain`` — chain SD, draft length sized every round (``gamma="auto"``), verified as
+  ``generate`` does by default (``verification="auto"``: block verification at T > 0);
 * ``specbound-tree`` — dynamic draft tree sized every round (``tree="auto"``);
 * ``llamacpp-plain`` — llama.cpp's own generation loop (llama-cpp-python ``Llama.generate``) on the
   target's packaged GGUF (Q4_K_M): what CPU users run today, the reference row;
@@ -226,15 +227,15 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
     if method == "hf-lookup":
         return _hf_generate(target, ids, n, sampling, seed, prompt_lookup_num_tokens=10)
     if method == "specbound-chain":
-        return _specbound(target, models["draft_int8"], ids, n, sampling, seed, gamma="auto")
+        return _specbound(target, models["draft_int8"], ids, n, sampling, seed, gamma="auto", verification="auto")
     if method == "specbound-tree":
         return _specbound(target, models["draft_int8"], ids, n, sampling, seed, tree="auto")
     if method == "specbound-chain-lcdraft":
-        return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, gamma="auto")
+        return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, gamma="auto", verification="auto")
     if method == "specbound-tree-lcdraft":
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, tree="auto")
     if method == "specbound-chain-lcdraft-file":
-        return _specbound(target, models["draft_llamacpp_file"], ids, n, sampling, seed, gamma="auto")
+        return _specbound(target, models["draft_llamacpp_file"], ids, n, sampling, seed, gamma="auto", verification="auto")
     if method == "llamacpp-plain":
         return _llamacpp_plain(models["llamacpp_target"], ids, n, sampling)
     if method in ("llamacpp-plain-raw", "specbound-plain"):
