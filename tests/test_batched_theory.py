@@ -228,9 +228,9 @@ def test_batch_throughput_with_work_outside_the_passes_by_hand():
 
 
 def test_batch_draft_length_per_request_decides_between_drafting_and_plain_by_the_model(monkeypatch):
-    """Draft rows read in turn (llama.cpp): each request sizes its own chain (the policy hands out
-    ``max_gamma`` as the limit), and the batch policy decides, from the pooled acceptance and the
-    measured costs, whether a round drafts at all. Rounds are timed at the depth of their LONGEST chain
+    """Draft rows read in turn (llama.cpp): each request sizes its own chain under the limit the batch
+    policy hands out, the model's γ* from the pooled acceptance and the measured costs (0: the round
+    is plain). Rounds are timed at the depth of their LONGEST chain
     (what the round waited for), not at the limit handed out."""
     import time
 
@@ -247,15 +247,23 @@ def test_batch_draft_length_per_request_decides_between_drafting_and_plain_by_th
         for r in range(1, rounds):
             g = policy.gamma_for_round(r)
             chosen.append(g)
-            if g:                                   # a drafting round: the requests drafted 4 and 1 tokens
+            if g:                                   # a drafting round: the requests drafted 4 and 2 tokens
                 policy.observe(4, 4 if accept else 0, r)
-                policy.observe(1, 1 if accept else 0, r)
-            clock[0] += 0.3 if g else 0.1          # 5 draft reads in turn + t(7) ≈ 0.27 s; plain t(2) ≈ 0.1 s
+                policy.observe(2, 2 if accept else 0, r)
+            clock[0] += 0.3 if g else 0.1          # 6 draft reads in turn + t(8) ≈ 0.29 s; plain t(2) ≈ 0.1 s
         return policy, chosen
 
     policy, chosen = run(accept=True)
-    assert chosen[0] == 32 and chosen[-10:].count(32) >= 9          # drafting pays: the requests size their chains
-    assert set(policy.rounds) <= {0, 4}                              # timed at the longest chain drafted, 4
+    assert chosen[0] == 0                                            # the prior (α = ½ per depth) does not pay here ...
+    assert sum(g > 0 for g in chosen[-20:]) >= 18                   # ... what the requests accept does (a probe found it)
+    assert set(g for g in chosen if g) == {32}                       # the requests' own budgets size the chains
+    assert set(policy.rounds) == {0, 4}                              # timed at the longest chain drafted, 4
     policy, chosen = run(accept=False)
     assert chosen[-20:].count(0) >= 18                               # nothing accepted: plain rounds ...
-    assert 32 in chosen[20:]                                         # ... with drafting probed now and then
+    assert any(g > 0 for g in chosen[20:])                           # ... with drafting probed now and then
+    # 8 requests: 8 draft reads in turn per depth cost more than a whole pass; even if every drafted token
+    # were accepted drafting would lose, so it is never tried (a probe would make each row read its backlog)
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 8, per_request=True, max_gamma=32,
+                              explore_every=8, rows_shared=(False, True))
+    assert not policy.could_pay()
+    assert [policy.gamma_for_round(r) for r in range(1, 80)] == [0] * 79

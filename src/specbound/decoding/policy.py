@@ -165,13 +165,15 @@ class BatchDraftLength:
       batch's size (c₁ once two chain lengths have been timed); without it the model over-rates drafting.
     With ``per_request`` (draft rows read in turn, e.g. llama.cpp: a request that drafts less costs
     the round less, so ragged lengths waste nothing) each request sizes its own chain with its own
-    :class:`DraftBudget` (priced against the batch's passes, ``batch_cost_prior``; the policy hands out
-    ``max_gamma`` as its limit) and this policy decides only whether a round drafts at all: when the
-    model's γ* > 0, with rounds timed at their longest chain for the work outside the passes. The model
-    alone decides here, the other choice probed after ``explore_every`` rounds, then twice, four, …
-    times as long: a timed check over a few rounds of bursty code acceptance kept choosing plain
+    :class:`DraftBudget` (priced against the batch's passes, ``batch_cost_prior``), and the model decides
+    whether a round drafts at all: priced at the longest chain the requests' recent rounds drafted
+    (rounds are timed at their longest chain for the work outside the passes). The model alone decides
+    here, the other choice probed after ``explore_every`` rounds, then twice, four, … times as long,
+    and drafting never probed where it could not pay even if every drafted token were accepted
+    (:meth:`could_pay`): a timed check over a few rounds of bursty code acceptance kept choosing plain
     rounds where drafting paid (dev slice, HumanEval 58–61, 2 requests: 1.22× plain with the model
-    alone, 0.97× with the timed check; 4 requests: 1.00×, plain rounds chosen).
+    alone, 0.97× with the timed check), and limiting the requests' chains to the model's γ* kept
+    them short (deep acceptance never observed: 0.96×).
     Otherwise the model's γ* is checked against what the batch
     actually does: rounds are timed, and γ* and plain decoding (γ = 0; or γ = 1 when γ* = 0) each get
     ``trial`` rounds (a round that switches between drafting and plain is not timed: its draft reads
@@ -222,21 +224,51 @@ class BatchDraftLength:
         return float(np.median(ratios)) if ratios else 1.0
 
     def model_gamma(self) -> int:
-        """The cost model's γ* for the batch as it is now (no timing of rounds). With ``per_request``
-        the candidate is always "draft" (``max_gamma``: each request's own budget sizes its chain up to
-        it) and the timed check alone decides between drafting and plain rounds."""
-        from ..theory.speedup import CostProfile, best_batch_gamma
+        """The cost model's γ* for the batch as it is now (no timing of rounds). With ``per_request``:
+        ``max_gamma`` (each request's own budget sizes its chain) when the rounds the requests draft
+        pay (:meth:`_drafting_pays`), else 0; the first round is priced with the prior acceptance
+        (½ per depth) instead of drafting ``start`` tokens."""
+        from ..theory.speedup import best_batch_gamma
 
-        if not self.observed.any():
-            return self.max_gamma if self.per_request else self.start
+        if not self.observed.any() and not self.per_request:
+            return self.start
+        draft, verify = self._scaled_costs()
+        live = max(int(self.live()), 1)
+        overhead = self.round_overhead(live, draft, verify)
+        gamma = best_batch_gamma(self.alpha(), live, draft, verify, self.max_gamma, overhead, self.draft_shared,
+                                 self.verify_shared)[0]
+        if self.per_request and gamma > 0:
+            return self.max_gamma if self._drafting_pays(live, draft, verify, overhead, gamma) else 0
+        return gamma
+
+    def _scaled_costs(self):
+        from ..theory.speedup import CostProfile
+
         t, d = self.costs.target, self.costs.draft
         rt, rd = self._ratio(1, t, self.verify_shared), self._ratio(0, d, self.draft_shared)
-        verify = CostProfile(tuple(t.ks), tuple(rt * s for s in t.seconds))
-        draft = CostProfile(tuple(d.ks), tuple(rd * s for s in d.seconds))
+        return (CostProfile(tuple(d.ks), tuple(rd * s for s in d.seconds)),
+                CostProfile(tuple(t.ks), tuple(rt * s for s in t.seconds)))
+
+    def _drafting_pays(self, live: int, draft, verify, overhead, gamma: int) -> bool:
+        """``per_request``: do the rounds the requests actually draft beat plain rounds? Priced at the
+        median longest chain of the recent drafted rounds at this batch size (what a round waits for;
+        the model's γ* before any was timed), with the pooled acceptance."""
+        from ..theory.speedup import batch_throughput
+
+        longest = [g for g, done in self.rounds.items() if g > 0 for _, _, b in done[-self.window:] if b == live]
+        typical = int(np.median(longest)) if longest else gamma
+        args = (live, draft, verify, overhead, self.draft_shared, self.verify_shared)
+        return batch_throughput(self.alpha(), typical, *args) > batch_throughput(self.alpha(), 0, *args)
+
+    def could_pay(self) -> bool:
+        """Would drafting pay at this batch size if every drafted token were accepted? If not, plain
+        rounds are never probed (a probe makes every draft row read its backlog of plain rounds)."""
+        from ..theory.speedup import best_batch_gamma
+
+        draft, verify = self._scaled_costs()
         live = max(int(self.live()), 1)
-        gamma = best_batch_gamma(self.alpha(), live, draft, verify, self.max_gamma,
-                                 self.round_overhead(live, draft, verify), self.draft_shared, self.verify_shared)[0]
-        return self.max_gamma if self.per_request and gamma > 0 else gamma
+        return best_batch_gamma(np.ones(self.max_gamma), live, draft, verify, self.max_gamma,
+                                self.round_overhead(live, draft, verify), self.draft_shared, self.verify_shared)[0] > 0
 
     def round_overhead(self, live: int, draft, verify) -> tuple[float, float, float]:
         """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
@@ -274,10 +306,11 @@ class BatchDraftLength:
             last = round_index - 1
             if last in self._started and last in self._gammas:       # time the round that just ended
                 g = self._gammas[last]
-                switched = last - 1 in self._gammas and (self._gammas[last - 1] > 0) != (g > 0)
+                switched = last - 1 not in self._gammas or (self._gammas[last - 1] > 0) != (g > 0)
                 if self.per_request and g > 0:                        # the round lasted its longest chain
                     g = self._depth.get(last, 0)
-                if not switched:      # the first drafted round after plain ones also reads the backlog: a switch cost
+                if not switched:      # the first drafted round after plain ones (or of the batch: the draft reads
+                                      # the prompts) also reads the backlog: a switch cost, not timed
                     tokens = self._tokens.get(last, 0.0) if g > 0 else float(self._live_at.get(last, 1))
                     self.rounds.setdefault(g, []).append((tokens, now - self._started[last], self._live_at.get(last, 1)))
             best = self.model_gamma()
@@ -285,7 +318,7 @@ class BatchDraftLength:
             untried = [g for g in (best, other) if self._rate(g) is None]
             if self.per_request:            # the model decides; the other choice is probed now and then
                 gamma = best
-                if round_index >= self._next_probe:
+                if round_index >= self._next_probe and (other == 0 or self.could_pay()):
                     gamma = other
                     self._probes += 1
                     self._next_probe = round_index + self.explore_every * 2 ** min(self._probes, 4)
