@@ -293,6 +293,7 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
                                                      window=16 if per_request else 8)
             drafter = ChainDrafter(draft_row, sampling, "auto" if per_request else lengths["policy"])
             drafter.shared, drafter.shared_costs = lengths["policy"], shared
+            drafter.lazy_prefill = True      # where the batch decodes plainly, its draft rows never read the prompts
             return drafter
         drafter = spec.build(target_row, draft_row, sampling)
         drafter.shared_costs = shared

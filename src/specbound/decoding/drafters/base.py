@@ -58,6 +58,7 @@ class Drafter(ABC):
     calibration_time: float = 0.0
     #: a calibration given from outside (batched decoding measures once for all requests)
     shared_costs = None
+    lazy_prefill = False
 
     def __init__(self, sampling: SamplingConfig):
         self.sampling = sampling
@@ -73,9 +74,11 @@ class Drafter(ABC):
         return CostModel(measurement)
 
     def start(self, target: LanguageModel, prompt: list[int]) -> None:
-        """Before the first round: read the prompt (all but its last token) into the draft model."""
+        """Before the first round: read the prompt (all but its last token) into the draft model —
+        or, with :attr:`lazy_prefill` (requests of a batch, which may never draft), leave it to the
+        first round that drafts (:class:`DraftCache` reads whatever the model has not read)."""
         self.calibration_time = 0.0
-        if self.model is not None:
+        if self.model is not None and not self.lazy_prefill:
             self.model.prefill(prompt[:-1])
 
     @abstractmethod
