@@ -256,7 +256,8 @@ def test_batch_draft_length_per_request_decides_between_drafting_and_plain_by_th
     policy, chosen = run(accept=True)
     assert chosen[0] == 0                                            # the prior (α = ½ per depth) does not pay here ...
     assert sum(g > 0 for g in chosen[-20:]) >= 18                   # ... what the requests accept does (a probe found it)
-    assert set(g for g in chosen if g) == {32}                       # the requests' own budgets size the chains
+    assert all(g >= 4 for g in chosen[-20:] if g)                    # the limit (break-even γ) leaves room for the
+                                                                     # chains the requests' own budgets choose
     assert set(policy.rounds) == {0, 4}                              # timed at the longest chain drafted, 4
     policy, chosen = run(accept=False)
     assert chosen[-20:].count(0) >= 18                               # nothing accepted: plain rounds ...

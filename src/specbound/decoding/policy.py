@@ -165,15 +165,16 @@ class BatchDraftLength:
       batch's size (c₁ once two chain lengths have been timed); without it the model over-rates drafting.
     With ``per_request`` (draft rows read in turn, e.g. llama.cpp: a request that drafts less costs
     the round less, so ragged lengths waste nothing) each request sizes its own chain with its own
-    :class:`DraftBudget` (priced against the batch's passes, ``batch_cost_prior``), and the model decides
-    whether a round drafts at all: priced at the longest chain the requests' recent rounds drafted
-    (rounds are timed at their longest chain for the work outside the passes). The model alone decides
-    here, the other choice probed after ``explore_every`` rounds, then twice, four, … times as long,
-    and drafting never probed where it could not pay even if every drafted token were accepted
-    (:meth:`could_pay`): a timed check over a few rounds of bursty code acceptance kept choosing plain
-    rounds where drafting paid (dev slice, HumanEval 58–61, 2 requests: 1.22× plain with the model
-    alone, 0.97× with the timed check), and limiting the requests' chains to the model's γ* kept
-    them short (deep acceptance never observed: 0.96×).
+    :class:`DraftBudget` (priced against the batch's passes, ``batch_cost_prior``) under a limit the
+    model sets each round: 0 (plain) where no chain length is predicted to beat plain rounds, else the
+    longest one still predicted at least as fast (:meth:`_break_even`; rounds are timed at their
+    longest chain for the work outside the passes). The model alone decides here, the other choice
+    probed after ``explore_every`` rounds, then twice, four, … times as long, and drafting never probed
+    where it could not pay even if every drafted token were accepted (:meth:`could_pay`). Tried and
+    dropped on held-out code: a timed check over a few rounds (bursty acceptance: it kept choosing
+    plain rounds where drafting paid, 0.97× plain at 2 requests), the model's γ* as the limit (chains
+    kept short, deep acceptance never observed: 0.96×), and no limit (requests drafted 4.7 tokens a
+    round at 4 requests where that loses: 0.90×).
     Otherwise the model's γ* is checked against what the batch
     actually does: rounds are timed, and γ* and plain decoding (γ = 0; or γ = 1 when γ* = 0) each get
     ``trial`` rounds (a round that switches between drafting and plain is not timed: its draft reads
@@ -225,9 +226,9 @@ class BatchDraftLength:
 
     def model_gamma(self) -> int:
         """The cost model's γ* for the batch as it is now (no timing of rounds). With ``per_request``:
-        ``max_gamma`` (each request's own budget sizes its chain) when the rounds the requests draft
-        pay (:meth:`_drafting_pays`), else 0; the first round is priced with the prior acceptance
-        (½ per depth) instead of drafting ``start`` tokens."""
+        the limit under which each request's own budget sizes its chain (:meth:`_break_even`, 0 = a
+        plain round); the first round is priced with the prior acceptance (½ per depth) instead of
+        drafting ``start`` tokens."""
         from ..theory.speedup import best_batch_gamma
 
         if not self.observed.any() and not self.per_request:
@@ -235,11 +236,10 @@ class BatchDraftLength:
         draft, verify = self._scaled_costs()
         live = max(int(self.live()), 1)
         overhead = self.round_overhead(live, draft, verify)
-        gamma = best_batch_gamma(self.alpha(), live, draft, verify, self.max_gamma, overhead, self.draft_shared,
-                                 self.verify_shared)[0]
-        if self.per_request and gamma > 0:
-            return self.max_gamma if self._drafting_pays(live, draft, verify, overhead, gamma) else 0
-        return gamma
+        if self.per_request:
+            return self._break_even(live, draft, verify, overhead)
+        return best_batch_gamma(self.alpha(), live, draft, verify, self.max_gamma, overhead, self.draft_shared,
+                                self.verify_shared)[0]
 
     def _scaled_costs(self):
         from ..theory.speedup import CostProfile
@@ -249,16 +249,19 @@ class BatchDraftLength:
         return (CostProfile(tuple(d.ks), tuple(rd * s for s in d.seconds)),
                 CostProfile(tuple(t.ks), tuple(rt * s for s in t.seconds)))
 
-    def _drafting_pays(self, live: int, draft, verify, overhead, gamma: int) -> bool:
-        """``per_request``: do the rounds the requests actually draft beat plain rounds? Priced at the
-        median longest chain of the recent drafted rounds at this batch size (what a round waits for;
-        the model's γ* before any was timed), with the pooled acceptance."""
+    def _break_even(self, live: int, draft, verify, overhead) -> int:
+        """``per_request``: the round's limit on every request's chain. 0 (a plain round) where no γ is
+        predicted to beat plain rounds; else the LONGEST γ still predicted at least as fast as a plain
+        round (a round lasts as long as its longest chain, so every round the requests draft under it
+        is predicted to pay, while they keep the freedom to draft less)."""
         from ..theory.speedup import batch_throughput
 
-        longest = [g for g, done in self.rounds.items() if g > 0 for _, _, b in done[-self.window:] if b == live]
-        typical = int(np.median(longest)) if longest else gamma
+        alpha = self.alpha()
         args = (live, draft, verify, overhead, self.draft_shared, self.verify_shared)
-        return batch_throughput(self.alpha(), typical, *args) > batch_throughput(self.alpha(), 0, *args)
+        rates = np.array([batch_throughput(alpha, g, *args) for g in range(min(self.max_gamma, 16) + 1)])
+        if rates[1:].max() <= rates[0]:
+            return 0
+        return int(np.nonzero(rates >= rates[0])[0].max())
 
     def could_pay(self) -> bool:
         """Would drafting pay at this batch size if every drafted token were accepted? If not, plain
