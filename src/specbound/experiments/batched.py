@@ -95,7 +95,8 @@ class TauAgainstAlone:
 def tau_against_alone(result: BatchedResult) -> list[TauAgainstAlone]:
     """Per-request τ against the same request alone (issue: does batching throw τ away?). With a fixed
     γ at greedy every request drafts and accepts exactly as alone (ratio 1); with γ = auto the batch
-    shares one draft length per round, so its τ follows what that policy chose for the batch."""
+    policy sets each round's length (or, llama.cpp draft rows, a limit per round), so its τ follows
+    what that policy chose for the batch."""
     first = result.config.batches[0]
     alone = {(r["method"], q["prompt"]): q for r in result.runs if r["B"] == first for q in r["requests"]}
     out = []
@@ -280,7 +281,9 @@ def markdown(result: BatchedResult, command: str = "") -> str:
         lines += [f"Per-request τ in the batch against the same request decoded alone by the same method "
                   f"(B = {c.batches[0]}): mean, lowest and highest ratio over the requests, and the drafted tokens "
                   "per round in the batch and alone. A fixed γ drafts and accepts exactly as alone at greedy; "
-                  "γ = auto shares one draft length per round across the batch (BatchDraftLength).", "",
+                  "with γ = auto the batch policy (BatchDraftLength) sets each round's draft length for the "
+                  "batch — or, where the draft's rows are read in turn (llama.cpp), a limit under which each "
+                  "request sizes its own chain, 0 for a plain round — so τ follows what it chose.", "",
                   md_table(["B", "method", "τ batch / τ alone (mean)", "lowest", "highest", "requests",
                             "drafted/round in batch", "drafted/round alone"],
                            [[str(a.batch), a.method, f"{a.mean:.3f}", f"{a.low:.3f}", f"{a.high:.3f}",
