@@ -189,8 +189,7 @@ def _bench(args, config, out) -> int:
     fingerprint = to_jsonable(config)
     if config.seeds == 1:
         fingerprint.pop("seeds", None)      # a one-seed run's units do not depend on --seeds
-    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant,
-                    resolve_draft_engine(args.draft_engine))
+    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant)   # its methods name their draft
     journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": pair.target or DEFAULT_TARGET,
                                                   "target_precision": pair.target_precision,
                                                   "draft": pair.draft or DEFAULT_DRAFT,

@@ -171,10 +171,10 @@ class BatchDraftLength:
     longest chain for the work outside the passes). The model alone decides here, the other choice
     probed after ``explore_every`` rounds, then twice, four, … times as long, and drafting never probed
     where it could not pay even if every drafted token were accepted (:meth:`could_pay`). Tried and
-    dropped on held-out code: a timed check over a few rounds (bursty acceptance: it kept choosing
-    plain rounds where drafting paid, 0.97× plain at 2 requests), the model's γ* as the limit (chains
-    kept short, deep acceptance never observed: 0.96×), and no limit (requests drafted 4.7 tokens a
-    round at 4 requests where that loses: 0.90×).
+    dropped (docs/results/RESULTS.md, seventh session): a timed check over a few rounds (bursty code
+    acceptance: it kept choosing plain rounds where drafting paid, 0.97× plain at 2 requests), the
+    model's γ* as the limit (chains kept short, deep acceptance never observed: 0.96× on a dev slice),
+    and no limit (requests drafted 4.7 tokens a round at 4 requests, where that loses: 0.90×).
     Otherwise the model's γ* is checked against what the batch
     actually does: rounds are timed, and γ* and plain decoding (γ = 0; or γ = 1 when γ* = 0) each get
     ``trial`` rounds (a round that switches between drafting and plain is not timed: its draft reads
