@@ -210,7 +210,9 @@ def test_greedy_is_unchanged():
     tm, dm = ChainModel(target), ChainModel(draft)
     plain = autoregressive_decode(tm, [2], 40, temperature=0.0).tokens
     for gamma in (2, 5, "auto"):
-        assert speculative_decode(tm, dm, [2], 40, gamma=gamma, temperature=0.0, verification="block").tokens == plain
+        out = speculative_decode(tm, dm, [2], 40, gamma=gamma, temperature=0.0, verification="block")
+        assert out.tokens == plain
+        assert "block" not in out.method                  # at greedy the two rules are one: not named
 
 
 def test_bad_input():

@@ -185,7 +185,8 @@ class Speculator:
         def result() -> DecodeResult:
             metrics.new_tokens = min(len(committed), end) - len(prompt)
             metrics.total_time = time.perf_counter() - start
-            method = self.drafter.describe() + ("" if self.rule is STANDARD else f" + {self.rule.describe()}")
+            same = self.rule is STANDARD or (self.rule is BLOCK and self.sampling.greedy)   # greedy: one rule
+            method = self.drafter.describe() + ("" if same else f" + {self.rule.describe()}")
             return DecodeResult(committed[len(prompt):end], list(prompt), metrics, method=method,
                                 lossless=self.rule.lossless, sampling=self.sampling.describe(), rounds=rounds)
 
