@@ -19,7 +19,8 @@ Sizing: ``gamma="auto"`` gives the whole batch ONE chain length per round
 the pooled acceptance and the batch's measured passes, 0 = plain batched decoding), because a round
 lasts as long as its longest draft when the draft's rows share passes; where they are read in turn
 (llama.cpp), a request that drafts less costs the round less, so each request sizes its own chain and
-the batch only decides, by timed rounds, between drafting and plain rounds. ``tree="auto"`` sizes each request's tree against the cost of the
+the batch's cost model only sets each round's limit (0 = a plain round). ``tree="auto"`` sizes each
+request's tree against the cost of the
 SHARED pass: its prior is t_B(k) = t(B·k), d_B(k) = d(B·k) (when all B requests send k tokens, the
 pass reads B·k), corrected online by the passes it waits for (:func:`batch_cost_prior`); a request may
 draft nothing in a round.
@@ -122,9 +123,9 @@ def batch_cost_prior(measurement: CostMeasurement, batch: int, rows_shared: tupl
 
 
 def rows_shared(target: LanguageModel, draft: LanguageModel | None) -> tuple[bool, bool]:
-    """(draft, target): whether each model's rows share one forward in a batch's pass."""
-    return (bool(getattr(draft, "rows_share_passes", True)) if draft is not None else True,
-            bool(getattr(target, "rows_share_passes", False)))
+    """(draft, target): whether each model's rows share one forward in a batch's pass (no draft: True,
+    nothing to price)."""
+    return (draft is None or bool(draft.rows_share_passes), bool(target.rows_share_passes))
 
 
 def _check_prompts(prompts, target: LanguageModel) -> list[list[int]]:
@@ -267,7 +268,8 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     (rows of backends that can share passes: Llama-family Hugging Face models with the static cache;
     others decode their rows in turn, with the same output: llama.cpp rows, each a context of its own
     over the same weights, one after another in the serving thread). ``gamma="auto"`` gives the batch one chain
-    length per round (:class:`~specbound.decoding.policy.BatchDraftLength`); ``tree="auto"`` sizes each
+    length per round (:class:`~specbound.decoding.policy.BatchDraftLength`; with llama.cpp draft rows, a
+    per-round limit under which each request sizes its own chain); ``tree="auto"`` sizes each
     request's tree against the shared pass (:func:`batch_cost_prior`).
     """
     sampling = SamplingConfig(temperature, top_k, top_p)

@@ -318,7 +318,7 @@ class BatchDraftLength:
                     self.rounds.setdefault(g, []).append((tokens, now - self._started[last], self._live_at.get(last, 1)))
             best = self.model_gamma()
             other = 0 if best > 0 else (self.max_gamma if self.per_request else 1)
-            untried = [g for g in (best, other) if self._rate(g) is None]
+            untried = [] if self.per_request else [g for g in (best, other) if self._rate(g) is None]
             if self.per_request:            # the model decides; the other choice is probed now and then
                 gamma = best
                 if round_index >= self._next_probe and (other == 0 or self.could_pay()):
