@@ -268,3 +268,31 @@ def test_batch_draft_length_per_request_decides_between_drafting_and_plain_by_th
                               explore_every=8, rows_shared=(False, True))
     assert not policy.could_pay()
     assert [policy.gamma_for_round(r) for r in range(1, 80)] == [0] * 79
+
+
+def test_batch_draft_length_per_request_reuses_a_plain_decision_until_something_changes(monkeypatch):
+    """In plain rounds the per-request model's inputs move only with the passes' timing: its answer
+    "plain" is reused for ``recheck`` rounds, and recomputed at once when the batch shrinks or a drafted
+    round brings news of the acceptance."""
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    live = [8]
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: live[0], per_request=True, max_gamma=32,
+                              explore_every=10_000, rows_shared=(False, True), recheck=5)
+    calls = []
+    model = policy.model_gamma
+    monkeypatch.setattr(policy, "model_gamma", lambda: calls.append(1) or model())
+    assert [policy.gamma_for_round(r) for r in range(1, 12)] == [0] * 11
+    assert len(calls) == 3                                 # rounds 1, 6, 11
+    live[0] = 7
+    policy.gamma_for_round(12)
+    assert len(calls) == 4                                 # the batch shrank: asked again
+    policy.gamma_for_round(13)
+    assert len(calls) == 4
+    policy.observe(2, 1, 13)                               # a drafted round (a probe) was observed
+    policy.gamma_for_round(14)
+    assert len(calls) == 5
+    policy.observe(0, 0, 14)                               # a request that drafted nothing teaches nothing
+    policy.gamma_for_round(15)
+    assert len(calls) == 5

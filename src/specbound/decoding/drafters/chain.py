@@ -130,6 +130,9 @@ class ChainDrafter(Drafter):
 
     def observe(self, feedback: RoundFeedback) -> None:
         tree = feedback.tree
+        if self.shared is not None and not len(tree) and self.shared.gamma_for_round(self.rounds) == 0:
+            return          # a plain round of the batch: nothing drafted, nothing to learn (and no work under
+                            # the interpreter every request shares)
         if len(tree):
             self.cache.keep(feedback.verdict.path)
         if self.shared is not None and (len(tree) or self.budget is not None):   # a request may draft nothing
