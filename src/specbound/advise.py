@@ -38,6 +38,7 @@ from .decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from .decoding.batch import rows_shared
 from .decoding.costs import CostMeasurement, measure_costs
 from .errors import SpecboundError
+from .measure.batch_passes import BatchPassCosts, measure_batch_passes
 from .measure.drafter_values import chain_verification_values, dynamic_tree_values, greedy_tree_rounds
 from .measure.moments import measure_moments
 from .measure.oracle import choose_positions, contexts_at, oracle_values
@@ -99,6 +100,7 @@ class BatchAdvice:
     speed_of_light_capacity: int
     measured_plain: float | None = None
     measured_speculative: float | None = None
+    passes: BatchPassCosts | None = None     # what B rows measured on calibration prompts (None: not priced so)
 
     @property
     def speedup(self) -> float:
@@ -216,6 +218,11 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
     positions = choose_positions(moments.samples, config.positions)
     contexts = contexts_at(moments.samples, positions)
     estimate = moments.estimate
+    sharing = rows_shared(target, draft)
+    batch_passes = {}
+    if config.batches:                      # what B rows cost here, on the calibration prompts (greedy)
+        batch_passes = measure_batch_passes(target, draft, prompt_ids, config.batches, costs, sharing,
+                                            tokens=max(config.tokens, 2), progress=progress)
     modes = {}
     for mode in config.modes:
         sampling = MODES[mode]
@@ -263,7 +270,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             advice.bound_speedup = {P: float(round_speedup(b, 0.0, verify_cost, P + 1)) for P, b in advice.bound.items()}
         advice.speed_of_light = {P: float(round_speedup(v, 0.0, verify_cost, P + 1)) for P, v in advice.oracle.items()}
         advice.best = max(list(chain.values()) + list(tree.values()), key=lambda s: s.predicted)
-        advice.batch = {B: batch_advice(B, chain, advice.oracle, verify_cost, draft_cost, rows_shared(target, draft))
+        advice.batch = {B: batch_advice(B, chain, advice.oracle, verify_cost, draft_cost, sharing, batch_passes.get(B))
                         for B in config.batches}
         modes[mode] = advice
     return Advice(config=config,
@@ -276,29 +283,48 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
 
 
 def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float], verify_cost: CostProfile,
-                 draft_cost: CostProfile, rows_shared: tuple[bool, bool] = (True, True)) -> BatchAdvice:
+                 draft_cost: CostProfile, rows_shared: tuple[bool, bool] = (True, True),
+                 passes: BatchPassCosts | None = None) -> BatchAdvice:
     """Predictions for B requests decoded together (theory/speedup.py, ``shared_pass_throughput``):
     plain B / t(B); a chain of γ yields its measured E[tokens per round] per request for γ draft
     passes over the B rows (each priced d_B/d(1) times the draft forward measured inside a chain: d_B =
     d(B) where the draft's rows share a pass, B·d(1) where they run in turn, ``rows_shared[0]``) and one
     target pass over B(γ + 1) tokens; the speed of light drafts T*(P) for free, max over P of
-    B(1 + E[X*])/t(B(P + 1))."""
+    B(1 + E[X*])/t(B(P + 1)).
+
+    With ``passes`` (:func:`~specbound.measure.batch_passes.measure_batch_passes` at this B) the
+    batch is priced as it measured: target passes scaled by its measured/predicted ratio, each draft
+    depth as its measured draft passes (ratio × d_B), plus the work per round outside the passes —
+    w_plain for a plain round, and for a chain of γ the line through w_plain and the drafted round's
+    work measured at γ_cal: w_plain + (w_drafted − w_plain)·γ/γ_cal. The speed of light keeps the
+    scaled target pass and w_plain (its lower bound on a round's work)."""
     if not rows_shared[1]:
         raise SpecboundError("advise --batch prices a target whose rows share one pass (a torch target with the "
                              "static cache); this target's rows run in turn")
-    plain = float(shared_pass_throughput(1.0, batch, 0.0, 1, verify_cost))
-    scale = float(rows_pass_seconds(draft_cost, batch, 1, rows_shared[0])) / float(draft_cost(1))
-    rates = {g: float(shared_pass_throughput(s.expected_tokens, batch, s.draft_seconds * scale, g + 1, verify_cost))
-             for g, s in chain.items()}
+    scale_t = passes.target_ratio if passes is not None else 1.0
+    w_plain = passes.plain_work if passes is not None else 0.0
+    plain = float(shared_pass_throughput(1.0, batch, 0.0, 1, verify_cost, scale_t, w_plain))
+    if passes is not None:
+        per_depth = passes.draft_ratio * float(rows_pass_seconds(draft_cost, batch, 1, rows_shared[0]))
+        slope = (passes.drafted_work - w_plain) / passes.gamma
+        rates = {g: float(shared_pass_throughput(s.expected_tokens, batch, g * per_depth, g + 1, verify_cost, scale_t,
+                                                 max(w_plain + slope * g, 0.0)))
+                 for g, s in chain.items()}
+    else:
+        scale = float(rows_pass_seconds(draft_cost, batch, 1, rows_shared[0])) / float(draft_cost(1))
+        rates = {g: float(shared_pass_throughput(s.expected_tokens, batch, s.draft_seconds * scale, g + 1, verify_cost))
+                 for g, s in chain.items()}
     gamma = max(rates, key=rates.get) if rates else 0
     if not rates or rates[gamma] <= plain:
         gamma, best = 0, plain
     else:
         best = rates[gamma]
-    light = {P: float(shared_pass_throughput(1.0 + v, batch, 0.0, P + 1, verify_cost)) for P, v in oracle.items()}
+    light = {P: float(shared_pass_throughput(1.0 + v, batch, 0.0, P + 1, verify_cost, scale_t, w_plain))
+             for P, v in oracle.items()}
     P = max(light, key=light.get) if light else 0
     return BatchAdvice(batch=batch, plain=plain, gamma=gamma, speculative=best,
-                       speed_of_light=max(light[P], plain) if light else plain, speed_of_light_capacity=P)
+                       speed_of_light=max(light[P], plain) if light else plain, speed_of_light_capacity=P,
+                       passes=passes)
 
 
 # ----------------------------------------------------------------------------------------------- check

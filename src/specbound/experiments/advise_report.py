@@ -14,6 +14,22 @@ __all__ = ["advise_markdown", "plot_advice", "write_advice"]
 NOISY_CALIBRATION = 0.25
 
 
+def _batch_pass_lines(batch: dict) -> list[str]:
+    """How the batch sizes were priced: the passes and round work measured at each B on the
+    calibration prompts (``measure/batch_passes.py``), or the single-row curves alone."""
+    measured = [(B, b.passes) for B, b in sorted(batch.items()) if b.passes is not None]
+    if not measured:
+        return ["Priced from the single-row cost curves alone (B rows as one row reading B tokens per request; no "
+                "work outside the passes).", ""]
+    return ["Priced with what B rows measured on the calibration prompts (plain batched decoding and chains of "
+            f"γ = {measured[0][1].gamma}, greedy): measured/predicted seconds of the target's and the draft's "
+            "passes, and seconds per round outside the passes (plain round; drafted round):", "",
+            md_table(["B", "target pass ×", "draft pass ×", "work, plain round ms", "work, drafted round ms",
+                      "rounds"],
+                     [[str(B), f"{p.target_ratio:.2f}", f"{p.draft_ratio:.2f}", f"{1e3 * p.plain_work:.1f}",
+                       f"{1e3 * p.drafted_work:.1f}", str(p.rounds)] for B, p in measured]), ""]
+
+
 def _x(v) -> str:
     return "–" if v is None else f"{v:.2f}×"
 
@@ -91,6 +107,7 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                                 else b.measured_speculative / b.measured_plain),
                              f"{fmt(b.speed_of_light, 1)} ({b.speed_of_light_capacity})"]
                             for B, b in sorted(m.batch.items())]), "",
+                  *_batch_pass_lines(m.batch),
                   "Draft length per batch size for a serving engine (vLLM / SGLang users write this table by hand; "
                   "0 = do not speculate at that size): `" + ", ".join(f"{B}: {b.gamma}" for B, b in
                                                                        sorted(m.batch.items())) + "`", ""]

@@ -222,18 +222,24 @@ def batch_throughput(alpha, gamma: int, batch: int, draft_cost: CostProfile, ver
 
 
 def shared_pass_throughput(tokens_per_round, batch: int, draft_seconds, tokens_read_per_request,
-                           verify_cost: CostProfile) -> np.ndarray:
+                           verify_cost: CostProfile, verify_scale: float = 1.0, work=0.0) -> np.ndarray:
     """Total tokens per second of ``batch`` symmetric requests that each yield ``tokens_per_round``
     (1 + E[X]) per round, drafting for ``draft_seconds`` (the batch's shared draft passes) and having
     the target read ``tokens_read_per_request`` tokens each in ONE shared pass:
-    B · (1 + E[X]) / (draft seconds + t(B · tokens read)). Broadcasts; :func:`batch_throughput` is the
-    chain case with positional acceptance α."""
+    B · (1 + E[X]) / (draft seconds + s · t(B · tokens read) + w). ``verify_scale`` s: measured / predicted
+    seconds of the batch's target passes (B rows each attend over a cache of their own, so a pass over
+    B rows costs more than one row reading as many tokens); ``work`` w: seconds per round outside the
+    passes (the requests' sampling, verification and scheduling). Broadcasts; :func:`batch_throughput`
+    is the chain case with positional acceptance α."""
     batch = int(batch)
     if batch < 1:
         raise SpecboundError(f"batch must be >= 1, got {batch}")
+    if not (verify_scale > 0) or np.any(np.asarray(work) < 0):
+        raise SpecboundError(f"verify_scale must be > 0 and work >= 0, got {verify_scale}, {work}")
     tokens = np.asarray(tokens_per_round, dtype=np.float64)
     return batch * tokens / (np.asarray(draft_seconds, dtype=np.float64)
-                             + verify_cost(batch * np.asarray(tokens_read_per_request)))
+                             + verify_scale * verify_cost(batch * np.asarray(tokens_read_per_request))
+                             + np.asarray(work, dtype=np.float64))
 
 
 def best_batch_gamma(alpha, batch: int, draft_cost: CostProfile, verify_cost: CostProfile,

@@ -1,0 +1,87 @@
+"""What B rows cost, measured through the batched loop (measure/batch_passes.py), and advise --batch
+priced with it."""
+import math
+
+import pytest
+
+from helpers import tiny_pair
+from specbound.decoding.costs import measure_costs
+from specbound.errors import SpecboundError
+from specbound.measure.batch_passes import BatchPassCosts, _ratio, measure_batch_passes
+from specbound.models.rows import PassRecord
+from specbound.theory.speedup import CostProfile, expected_tokens_per_step
+
+VERIFY = CostProfile((1, 2, 4, 8, 16, 32, 64), (0.100, 0.101, 0.104, 0.110, 0.160, 0.260, 0.470))
+DRAFT = CostProfile((1, 8, 64), (0.030, 0.034, 0.120))
+
+
+def test_pass_ratios_leave_prompt_reads_out_and_price_rows_shared_or_in_turn():
+    records = [PassRecord(1, 4, 400, 9.0),          # the prompts' read: left out
+               PassRecord(1, 4, 4, 0.22),            # 4 rows × 1 token, shared: t(4) = 0.104
+               PassRecord(1, 4, 20, 0.32)]           # 4 rows × 5 tokens: t(20) = 0.160 + 4/16 · 0.100
+    shared = _ratio(records, VERIFY, True, 5)
+    assert shared == pytest.approx([0.22 / 0.104, 0.32 / 0.185])
+    in_turn = _ratio([PassRecord(0, 4, 4, 0.24)], DRAFT, False, 1)   # 4 rows one after another: 4 · d(1)
+    assert in_turn == pytest.approx([0.24 / 0.120])
+
+
+def test_measure_batch_passes_on_tiny_rows_counts_every_decode_round():
+    from specbound.models.static import StaticCacheHFModel
+
+    target, draft = tiny_pair(3, noise=0.3, draft_seed=4, backend=StaticCacheHFModel)
+    costs = measure_costs(target, draft, repeats=1)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]]
+    out = measure_batch_passes(target, draft, prompts, (1, 3), costs, gamma=3, tokens=12, context=8)
+    assert set(out) == {1, 3}
+    for B, p in out.items():
+        assert isinstance(p, BatchPassCosts) and p.batch == B and p.gamma == 3
+        assert p.rounds >= 12 + 12 / 4                  # 12 plain rounds, then chains of ≤ 4 tokens a round
+        for v in (p.target_ratio, p.draft_ratio):
+            assert math.isfinite(v) and v > 0
+        assert p.plain_work >= 0 and p.drafted_work >= 0
+    with pytest.raises(SpecboundError, match="calibration prompt"):
+        measure_batch_passes(target, draft, [], (1,), costs)
+    with pytest.raises(SpecboundError, match="gamma >= 1"):
+        measure_batch_passes(target, draft, prompts, (1,), costs, gamma=0)
+
+
+def test_advise_batch_priced_with_measured_passes():
+    from specbound.advise import Setting, batch_advice
+
+    chain = {g: Setting("chain", g, expected_tokens_per_step(0.8, g), g * float(DRAFT(1)), g + 1, 0.0)
+             for g in range(1, 9)}
+    oracle = {P: min(P, 3.0) for P in (1, 2, 4, 8)}
+    B = 4
+    neutral = BatchPassCosts(B, 1.0, 1.0, 0.0, 0.0, 4, 10)
+    alone = batch_advice(B, chain, oracle, VERIFY, DRAFT)
+    assert batch_advice(B, chain, oracle, VERIFY, DRAFT, passes=neutral).plain == pytest.approx(alone.plain)
+    costly = BatchPassCosts(B, 1.3, 2.0, 0.010, 0.030, 4, 10)
+    b = batch_advice(B, chain, oracle, VERIFY, DRAFT, passes=costly)
+    assert b.plain == pytest.approx(B / (1.3 * 0.104 + 0.010))        # B / (ratio · t(B) + w_plain)
+    assert b.gamma > 0                      # α = 0.8 on a flat pass still pays at 4 requests
+    g = b.gamma
+    draft_depth = 2.0 * float(DRAFT(B))                             # ratio · d(B): the draft's rows share it
+    work = 0.010 + (0.030 - 0.010) * g / 4
+    seconds = g * draft_depth + 1.3 * float(VERIFY(B * (g + 1))) + work
+    assert b.speculative == pytest.approx(B * chain[g].expected_tokens / seconds)
+    # the drafted round's work alone can make speculation lose at this B
+    hopeless = BatchPassCosts(B, 1.0, 1.0, 0.0, 5.0, 4, 10)
+    assert batch_advice(B, chain, oracle, VERIFY, DRAFT, passes=hopeless).gamma == 0
+
+
+def test_advise_batch_measures_the_rows_and_says_so_in_its_report(tmp_path):
+    from specbound.advise import AdviseConfig, advise, measure_batches
+    from specbound.experiments.advise_report import advise_markdown
+    from specbound.models.static import StaticCacheHFModel
+
+    target, draft = tiny_pair(5, noise=0.3, draft_seed=6, backend=StaticCacheHFModel)
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13]]
+    config = AdviseConfig(engine="torch", n_prompts=2, tokens=10, positions=4, chain_gamma=4, repeats=1,
+                          modes=("greedy",), batches=(1, 2))
+    advice = advise(target, draft, prompts, config)
+    batch = advice.modes["greedy"].batch
+    assert set(batch) == {1, 2} and all(b.passes is not None and b.passes.batch == B for B, b in batch.items())
+    measure_batches(target, draft, advice, prompts, 8)
+    assert all(b.measured_plain > 0 for b in batch.values())
+    text = advise_markdown(advice, {})
+    assert "Priced with what B rows measured" in text
