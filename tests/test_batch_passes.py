@@ -31,18 +31,27 @@ def test_measure_batch_passes_on_tiny_rows_counts_every_decode_round():
     target, draft = tiny_pair(3, noise=0.3, draft_seed=4, backend=StaticCacheHFModel)
     costs = measure_costs(target, draft, repeats=1)
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]]
-    out = measure_batch_passes(target, draft, prompts, (1, 3), costs, gamma=3, tokens=12, context=8)
+    out = measure_batch_passes(target, draft, prompts, (1, 3), costs, gammas=(1, 3), tokens=12, context=8)
     assert set(out) == {1, 3}
     for B, p in out.items():
-        assert isinstance(p, BatchPassCosts) and p.batch == B and p.gamma == 3
-        assert p.rounds >= 12 + 12 / 4                  # 12 plain rounds, then chains of ≤ 4 tokens a round
-        for v in (p.target_ratio, p.draft_ratio):
-            assert math.isfinite(v) and v > 0
-        assert p.plain_work >= 0 and p.drafted_work >= 0
+        assert isinstance(p, BatchPassCosts) and p.batch == B and p.gammas == (1, 3)
+        assert p.rounds >= 12 + 12 / 2 + 12 / 4         # 12 plain rounds, chains of ≤ 2 and ≤ 4 tokens a round
+        assert math.isfinite(p.target_ratio) and p.target_ratio > 0
+        assert all(d > 0 for d in p.draft_round)         # the draft read every drafted round
+        assert p.plain_work >= 0 and min(p.drafted_work) >= 0
     with pytest.raises(SpecboundError, match="calibration prompt"):
         measure_batch_passes(target, draft, [], (1,), costs)
-    with pytest.raises(SpecboundError, match="gamma >= 1"):
-        measure_batch_passes(target, draft, prompts, (1,), costs, gamma=0)
+    with pytest.raises(SpecboundError, match="two different chain lengths"):
+        measure_batch_passes(target, draft, prompts, (1,), costs, gammas=(2, 2))
+
+
+def test_a_drafted_round_at_another_length_lies_on_the_line_through_the_two_measured():
+    p = BatchPassCosts(4, 1.0, 0.003, (2, 6), (0.060, 0.140), (0.010, 0.030), 40)
+    assert p.draft_seconds(4) == pytest.approx(0.100) and p.work(4) == pytest.approx(0.020)
+    assert p.draft_seconds(1) == pytest.approx(0.040) and p.work(8) == pytest.approx(0.040)
+    assert p.draft_seconds(0) == 0.0 and p.work(0) == 0.003            # a plain round: its own measurement
+    falling = BatchPassCosts(4, 1.0, 0.0, (2, 6), (0.010, 0.002), (0.0, 0.0), 40)
+    assert falling.draft_seconds(12) == 0.0                             # never negative
 
 
 def test_advise_batch_priced_with_measured_passes():
@@ -52,20 +61,17 @@ def test_advise_batch_priced_with_measured_passes():
              for g in range(1, 9)}
     oracle = {P: min(P, 3.0) for P in (1, 2, 4, 8)}
     B = 4
-    neutral = BatchPassCosts(B, 1.0, 1.0, 0.0, 0.0, 4, 10)
-    alone = batch_advice(B, chain, oracle, VERIFY, DRAFT)
-    assert batch_advice(B, chain, oracle, VERIFY, DRAFT, passes=neutral).plain == pytest.approx(alone.plain)
-    costly = BatchPassCosts(B, 1.3, 2.0, 0.010, 0.030, 4, 10)
+    costly = BatchPassCosts(B, 1.3, 0.010, (2, 6), (0.080, 0.200), (0.020, 0.040), 40)
     b = batch_advice(B, chain, oracle, VERIFY, DRAFT, passes=costly)
     assert b.plain == pytest.approx(B / (1.3 * 0.104 + 0.010))        # B / (ratio · t(B) + w_plain)
     assert b.gamma > 0                      # α = 0.8 on a flat pass still pays at 4 requests
     g = b.gamma
-    draft_depth = 2.0 * float(DRAFT(B))                             # ratio · d(B): the draft's rows share it
-    work = 0.010 + (0.030 - 0.010) * g / 4
-    seconds = g * draft_depth + 1.3 * float(VERIFY(B * (g + 1))) + work
+    draft = 0.080 + (0.200 - 0.080) / 4 * (g - 2)                       # the lines through γ = 2 and 6
+    work = 0.020 + (0.040 - 0.020) / 4 * (g - 2)
+    seconds = draft + 1.3 * float(VERIFY(B * (g + 1))) + work
     assert b.speculative == pytest.approx(B * chain[g].expected_tokens / seconds)
     # the drafted round's work alone can make speculation lose at this B
-    hopeless = BatchPassCosts(B, 1.0, 1.0, 0.0, 5.0, 4, 10)
+    hopeless = BatchPassCosts(B, 1.0, 0.0, (2, 6), (0.05, 0.1), (5.0, 5.0), 40)
     assert batch_advice(B, chain, oracle, VERIFY, DRAFT, passes=hopeless).gamma == 0
 
 
@@ -85,3 +91,19 @@ def test_advise_batch_measures_the_rows_and_says_so_in_its_report(tmp_path):
     assert all(b.measured_plain > 0 for b in batch.values())
     text = advise_markdown(advice, {})
     assert "Priced with what B rows measured" in text
+
+
+def test_a_stale_cost_profile_is_reported_once_for_all_the_requests_of_a_batch():
+    import warnings
+
+    from specbound.decoding.costs import CostMeasurement, CostModel
+
+    measurement = CostMeasurement(VERIFY, DRAFT, key="test-stale-once")
+    models = [CostModel(measurement) for _ in range(4)]           # one per request of a batch
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for m in models:
+            for _ in range(6):
+                m.observe_target(1, 0.3)                           # three times the profile's t(1)
+    assert all(m.stale for m in models)                            # each still replaces the cached profile
+    assert len([w for w in caught if "disagrees with this run" in str(w.message)]) == 1

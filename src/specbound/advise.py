@@ -293,11 +293,10 @@ def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float]
     B(1 + E[X*])/t(B(P + 1)).
 
     With ``passes`` (:func:`~specbound.measure.batch_passes.measure_batch_passes` at this B) the
-    batch is priced as it measured: target passes scaled by its measured/predicted ratio, each draft
-    depth as its measured draft passes (ratio × d_B), plus the work per round outside the passes —
-    w_plain for a plain round, and for a chain of γ the line through w_plain and the drafted round's
-    work measured at γ_cal: w_plain + (w_drafted − w_plain)·γ/γ_cal. The speed of light keeps the
-    scaled target pass and w_plain (its lower bound on a round's work)."""
+    batch is priced as it measured: target passes scaled by their measured/predicted ratio, plus per
+    round the draft's passes and the work outside the passes on the line through the two calibrated
+    chain lengths (``BatchPassCosts.draft_seconds`` / ``work``; w_plain for a plain round). The speed
+    of light keeps the scaled target pass and w_plain (its lower bound on a round's work)."""
     if not rows_shared[1]:
         raise SpecboundError("advise --batch prices a target whose rows share one pass (a torch target with the "
                              "static cache); this target's rows run in turn")
@@ -305,10 +304,8 @@ def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float]
     w_plain = passes.plain_work if passes is not None else 0.0
     plain = float(shared_pass_throughput(1.0, batch, 0.0, 1, verify_cost, scale_t, w_plain))
     if passes is not None:
-        per_depth = passes.draft_ratio * float(rows_pass_seconds(draft_cost, batch, 1, rows_shared[0]))
-        slope = (passes.drafted_work - w_plain) / passes.gamma
-        rates = {g: float(shared_pass_throughput(s.expected_tokens, batch, g * per_depth, g + 1, verify_cost, scale_t,
-                                                 max(w_plain + slope * g, 0.0)))
+        rates = {g: float(shared_pass_throughput(s.expected_tokens, batch, passes.draft_seconds(g), g + 1, verify_cost,
+                                                 scale_t, passes.work(g)))
                  for g, s in chain.items()}
     else:
         scale = float(rows_pass_seconds(draft_cost, batch, 1, rows_shared[0])) / float(draft_cost(1))

@@ -304,10 +304,16 @@ class CostModel:
     def observe_draft(self, k: int, seconds: float) -> None:
         self.draft.observe(k, seconds)
 
+    _warned: set = set()       # profiles already reported stale in this process (a batch's requests each hold a model)
+
     def _check_stale(self) -> None:
         off = self.target.disagreement()
         if not self.stale and off is not None and off > self.stale_tolerance:
             self.stale = True
+            name = self.measurement.key or self.measurement.source
+            if name in CostModel._warned:
+                return
+            CostModel._warned.add(name)
             then = (", and the cached profile is replaced by them at the end of the run" if self.measurement.key
                     else "")
             warnings.warn(f"the cost profile ({self.measurement.source}) disagrees with this run by {off:.0%} "

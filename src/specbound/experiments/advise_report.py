@@ -21,13 +21,16 @@ def _batch_pass_lines(batch: dict) -> list[str]:
     if not measured:
         return ["Priced from the single-row cost curves alone (B rows as one row reading B tokens per request; no "
                 "work outside the passes).", ""]
+    g1, g2 = measured[0][1].gammas
     return ["Priced with what B rows measured on the calibration prompts (plain batched decoding and chains of "
-            f"γ = {measured[0][1].gamma}, greedy): measured/predicted seconds of the target's and the draft's "
-            "passes, and seconds per round outside the passes (plain round; drafted round):", "",
-            md_table(["B", "target pass ×", "draft pass ×", "work, plain round ms", "work, drafted round ms",
-                      "rounds"],
-                     [[str(B), f"{p.target_ratio:.2f}", f"{p.draft_ratio:.2f}", f"{1e3 * p.plain_work:.1f}",
-                       f"{1e3 * p.drafted_work:.1f}", str(p.rounds)] for B, p in measured]), ""]
+            f"γ = {g1} and {g2}, greedy): the target's passes as measured/predicted by its one-row curve, the "
+            "draft's seconds per drafted round and the seconds per round outside the passes (a drafted round at "
+            "another γ: the line through the two):", "",
+            md_table(["B", "target pass ×", f"draft ms/round γ={g1}", f"γ={g2}", "work ms, plain round",
+                      f"drafted γ={g1}", f"γ={g2}", "rounds"],
+                     [[str(B), f"{p.target_ratio:.2f}", f"{1e3 * p.draft_round[0]:.1f}", f"{1e3 * p.draft_round[1]:.1f}",
+                       f"{1e3 * p.plain_work:.1f}", f"{1e3 * p.drafted_work[0]:.1f}", f"{1e3 * p.drafted_work[1]:.1f}",
+                       str(p.rounds)] for B, p in measured]), ""]
 
 
 def _x(v) -> str:

@@ -7,9 +7,11 @@ sampling, verification and scheduling share one interpreter). :func:`measure_bat
 plain batched decoding and a drafted chain of fixed length at each batch size on calibration
 prompts and reads, from the scheduler's pass records,
 
-* the ratio of the measured passes to what the single-row curves predict for them
-  (:func:`~specbound.theory.speedup.rows_pass_seconds`), target and draft apart;
-* the seconds per round outside the passes, for a plain round and for a drafted one.
+* the ratio of the target's measured passes to what its one-row curve predicts for them
+  (:func:`~specbound.theory.speedup.rows_pass_seconds`);
+* the draft's seconds per drafted round at two chain lengths (its first read re-reads every row's
+  accepted backlog, so a round is not γ one-token reads), and
+* the seconds per round outside the passes, for a plain round and for drafted ones.
 
 ``advise --batch`` prices batch sizes with them (the batch policy corrects its prior the same way,
 online: :class:`~specbound.decoding.policy.BatchDraftLength`).
@@ -27,16 +29,34 @@ __all__ = ["BatchPassCosts", "measure_batch_passes"]
 
 @dataclass(frozen=True)
 class BatchPassCosts:
-    """One batch size B: measured / predicted pass seconds (target, draft), and seconds per round
-    outside the passes (plain round, drafted round of ``gamma``)."""
+    """One batch size B, measured: the target's passes as a ratio to the one-row curve, and per round
+    the seconds outside the passes (plain round: ``plain_work``) and, for chains of the two calibrated
+    lengths ``gammas``, the draft's passes (``draft_round``) and the work outside the passes
+    (``drafted_work``). A drafted round's draft seconds and work at another γ lie on the line through
+    the two (:meth:`draft_seconds`, :meth:`work`): its first draft read re-reads the accepted backlog of
+    every row, the rest one token per row, so neither is γ times a one-token read."""
 
     batch: int
     target_ratio: float
-    draft_ratio: float
     plain_work: float
-    drafted_work: float
-    gamma: int
+    gammas: tuple[int, int]
+    draft_round: tuple[float, float]
+    drafted_work: tuple[float, float]
     rounds: int                      # decode rounds the figures come from (plain + drafted)
+
+    @staticmethod
+    def _line(gammas, values, gamma: float) -> float:
+        (g1, g2), (v1, v2) = gammas, values
+        slope = (v2 - v1) / (g2 - g1) if g2 != g1 else 0.0
+        return v1 + slope * (gamma - g1)
+
+    def draft_seconds(self, gamma: int) -> float:
+        """Seconds of the draft's passes in a round that drafts γ tokens per request (≥ 0; 0 at γ = 0)."""
+        return max(self._line(self.gammas, self.draft_round, gamma), 0.0) if gamma > 0 else 0.0
+
+    def work(self, gamma: int) -> float:
+        """Seconds per round outside the passes: ``plain_work`` at γ = 0, else the drafted line (≥ 0)."""
+        return max(self._line(self.gammas, self.drafted_work, gamma), 0.0) if gamma > 0 else self.plain_work
 
 
 def _ratio(records, curve: CostProfile, shared: bool, max_tokens_per_row: int) -> list[float]:
@@ -58,37 +78,46 @@ def _decode_part(result, gamma: int):
 
 
 def measure_batch_passes(target, draft, prompt_ids: list[list[int]], batches, costs, rows_shared=(True, True),
-                         gamma: int = 4, tokens: int = 32, context: int | None = None, progress=None) -> dict[int, BatchPassCosts]:
-    """Per batch size B: plain batched decoding and chains of ``gamma`` (greedy, ``tokens`` new tokens
-    per request) of B calibration prompts (cycled; each cut to its last ``context`` tokens, so the
-    prompt reads stay short), timed by the batch's own pass records against ``costs`` (a
-    :class:`~specbound.decoding.costs.CostMeasurement` of one row). ``rows_shared`` (draft, target):
-    whether each model's rows share one pass (:func:`~specbound.decoding.batch.rows_shared`)."""
+                         gammas: tuple[int, int] = (2, 6), tokens: int = 32, context: int | None = None,
+                         progress=None) -> dict[int, BatchPassCosts]:
+    """Per batch size B: plain batched decoding and chains of each of the two lengths ``gammas``
+    (greedy, ``tokens`` new tokens per request) of B calibration prompts (cycled; whole, or cut to their
+    last ``context`` tokens: a pass over B rows costs more as their caches grow — measured at 8 rows,
+    48-token prompts decoded 60–67 tok/s where 121–209-token ones decoded 51–55 — so advise calibrates on
+    prompts and lengths like the ones it predicts for), timed by the batch's own pass records against
+    ``costs`` (a :class:`~specbound.decoding.costs.CostMeasurement` of one row). ``rows_shared``
+    (draft, target): whether the target's rows share one pass (:func:`~specbound.decoding.batch.rows_shared`)."""
     from ..decoding.batch import autoregressive_decode_batch, speculative_decode_batch
     from .records import Stage
 
     if not prompt_ids:
         raise SpecboundError("measure_batch_passes needs at least one calibration prompt")
-    if gamma < 1 or tokens < 2 or (context is not None and context < 2):
-        raise SpecboundError("measure_batch_passes needs gamma >= 1, tokens >= 2 and context >= 2 (or None)")
-    draft_shared, target_shared = (bool(x) for x in rows_shared)
+    gammas = tuple(int(g) for g in gammas)
+    if len(gammas) != 2 or min(gammas) < 1 or gammas[0] == gammas[1] or tokens < 2 \
+            or (context is not None and context < 2):
+        raise SpecboundError("measure_batch_passes needs two different chain lengths >= 1, tokens >= 2 and "
+                             "context >= 2 (or None)")
+    target_shared = bool(rows_shared[1])
     out = {}
     stage = Stage(progress, "batched passes", len(batches))
     for B in batches:
         prompts = [list(prompt_ids[i % len(prompt_ids)])[-(context or 0):] for i in range(int(B))]
         plain = autoregressive_decode_batch(target, prompts, tokens, temperature=0.0)
-        sd = speculative_decode_batch(target, draft, prompts, tokens, gamma=gamma, temperature=0.0)
         p_target, _, p_seconds = _decode_part(plain, 0)
-        s_target, s_draft, s_seconds = _decode_part(sd, gamma)
-        ratios = _ratio(p_target, costs.target, target_shared, 1) + _ratio(s_target, costs.target, target_shared,
-                                                                           gamma + 1)
-        draft_ratios = _ratio(s_draft, costs.draft, draft_shared, 1)
+        ratios = _ratio(p_target, costs.target, target_shared, 1)
+        rounds, draft_round, work = len(p_target), [], []
+        for g in gammas:
+            sd = speculative_decode_batch(target, draft, prompts, tokens, gamma=g, temperature=0.0)
+            s_target, s_draft, s_seconds = _decode_part(sd, g)
+            n = max(len(s_target), 1)
+            ratios += _ratio(s_target, costs.target, target_shared, g + 1)
+            drafted = sum(p.seconds for p in s_draft)
+            draft_round.append(drafted / n)
+            work.append(max(s_seconds - sum(p.seconds for p in s_target) - drafted, 0.0) / n)
+            rounds += len(s_target)
         plain_work = (p_seconds - sum(p.seconds for p in p_target)) / max(len(p_target), 1)
-        drafted_work = (s_seconds - sum(p.seconds for p in s_target) - sum(p.seconds for p in s_draft)) \
-            / max(len(s_target), 1)
         out[int(B)] = BatchPassCosts(batch=int(B), target_ratio=statistics.median(ratios) if ratios else 1.0,
-                                     draft_ratio=statistics.median(draft_ratios) if draft_ratios else 1.0,
-                                     plain_work=max(plain_work, 0.0), drafted_work=max(drafted_work, 0.0),
-                                     gamma=int(gamma), rounds=len(p_target) + len(s_target))
+                                     plain_work=max(plain_work, 0.0), gammas=gammas,
+                                     draft_round=tuple(draft_round), drafted_work=tuple(work), rounds=rounds)
         stage.advance()
     return out
