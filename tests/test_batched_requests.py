@@ -210,7 +210,18 @@ def test_a_backend_without_rows_is_refused_clearly():
         speculative_decode_batch(NoRows(target), ChainModel(draft), [[0], [1]], 3, gamma=2)
 
 
-def test_ctrl_c_returns_every_request_so_far(hf_pair):
+@pytest.fixture
+def python_sigint():
+    """Python's own Ctrl-C handler, as in a terminal: interrupt_main does nothing where SIGINT is ignored
+    (a suite started as a background job of a non-interactive shell)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_returns_every_request_so_far(hf_pair, python_sigint):
     target, draft = (StaticCacheHFModel(m) for m in hf_pair)
     seen = {i: 0 for i in range(3)}
     fired = threading.Event()

@@ -326,3 +326,17 @@ def test_per_request_rounds_are_charged_their_work_outside_the_passes_the_schedu
     draft, verify = policy._scaled_costs()
     w_plain, c0, c1 = policy.round_overhead(2, draft, verify)
     assert c0 == pytest.approx(0.010) and c1 == pytest.approx(0.0)
+
+
+def test_per_request_policy_never_probes_where_even_full_acceptance_gains_little():
+    """Three requests whose draft rows are read in turn: fully accepted chains would beat plain rounds,
+    but by less than a probe margin of 20% — so the batch decodes plainly throughout (the margin is a
+    setting; its default, 1.0, probes wherever drafting could pay at all)."""
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    draft = CostProfile((1, 8, 64), (0.030, 0.033, 0.120))
+    policy = BatchDraftLength(CostMeasurement(VERIFY, draft), live=lambda: 3, per_request=True, max_gamma=32,
+                              explore_every=4, rows_shared=(False, True), probe_margin=1.2)
+    assert policy.could_pay(1.0) and not policy.could_pay(policy.probe_margin)
+    assert [policy.gamma_for_round(r) for r in range(1, 60)] == [0] * 59

@@ -50,7 +50,10 @@ def test_sigint_during_generation_stops_within_a_round_and_exits_130(tmp_path, e
     argv = [sys.executable, str(driver), "generate", "--prompt", "def add(a, b):", "--max-new-tokens", "400",
             "--ignore-eos", "--threads", "1", *(extra or ["--gamma", "3"])]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    # a suite started as a background job of a non-interactive shell ignores SIGINT, and a child inherits
+    # that: start the child with the default disposition, as a terminal's Ctrl-C would find it
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # wait until generated text streams (the prompt line comes first, then generated characters)
         first = child.stdout.read(len("def add(a, b):") + 3)

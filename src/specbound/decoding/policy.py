@@ -187,7 +187,7 @@ class BatchDraftLength:
 
     def __init__(self, costs, passes=None, live=None, max_gamma: int = 8, start: int = 2, explore_every: int = 16,
                  trial: int = 2, window: int = 8, rows_shared: tuple[bool, bool] = (True, True),
-                 per_request: bool = False, recheck: int = 8):
+                 per_request: bool = False, recheck: int = 8, probe_margin: float = 1.0):
         import threading
 
         self.costs, self.passes, self.live = costs, passes, live or (lambda: 1)
@@ -212,6 +212,11 @@ class BatchDraftLength:
         self._pass_at: dict[int, int] = {}          # per_request: the scheduler's pass count when a round began
         self._work: list[tuple[int, float, int]] = []   # per_request: (depth, seconds outside the passes, live)
         self.recheck = max(int(recheck), 1)
+        # per_request: probe only where drafting, fully accepted, would beat plain rounds by more than this. A
+        # probe's draft rows read their prompts (a one-time cost); but the ceiling is priced with the cost
+        # prior before any draft pass was timed, and a margin of 1.2 kept a dev batch of 2 from ever drafting
+        # on a stale prior (fixed γ = 6 measured 1.36x there), so the default stays 1.0
+        self.probe_margin = float(probe_margin)
         self._learned = 0                            # drafted rounds observed (the acceptance changed)
         self._plain_since: tuple[int, int, int] | None = None   # (round, live, learned) of the model's last "plain"
         self._lock = threading.Lock()
@@ -272,15 +277,17 @@ class BatchDraftLength:
             return 0
         return int(np.nonzero(rates >= rates[0])[0].max())
 
-    def could_pay(self) -> bool:
-        """Would drafting pay at this batch size if every drafted token were accepted? If not, plain
-        rounds are never probed (a probe makes every draft row read its backlog of plain rounds)."""
-        from ..theory.speedup import best_batch_gamma
+    def could_pay(self, margin: float = 1.0) -> bool:
+        """Would drafting beat plain rounds by more than ``margin`` at this batch size if every drafted
+        token were accepted? If not, plain rounds are never probed (a probe makes every draft row read its
+        backlog of plain rounds — at the batch's start, its whole prompt)."""
+        from ..theory.speedup import batch_throughput, best_batch_gamma
 
         draft, verify = self._scaled_costs()
         live = max(int(self.live()), 1)
-        return best_batch_gamma(np.ones(self.max_gamma), live, draft, verify, self.max_gamma,
-                                self.round_overhead(live, draft, verify), self.draft_shared, self.verify_shared)[0] > 0
+        args = (live, draft, verify, self.round_overhead(live, draft, verify), self.draft_shared, self.verify_shared)
+        gamma, rate = best_batch_gamma(np.ones(self.max_gamma), *args[:3], self.max_gamma, *args[3:])
+        return gamma > 0 and rate > margin * batch_throughput(np.ones(self.max_gamma), 0, *args)
 
     def round_overhead(self, live: int, draft, verify) -> tuple[float, float, float]:
         """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
@@ -341,7 +348,7 @@ class BatchDraftLength:
             untried = [] if self.per_request else [g for g in (best, other) if self._rate(g) is None]
             if self.per_request:            # the model decides; the other choice is probed now and then
                 gamma = best
-                if round_index >= self._next_probe and (other == 0 or self.could_pay()):
+                if round_index >= self._next_probe and (other == 0 or self.could_pay(self.probe_margin)):
                     gamma = other
                     self._probes += 1
                     self._next_probe = round_index + self.explore_every * 2 ** min(self._probes, 4)
