@@ -168,9 +168,10 @@ class BatchDraftLength:
     :class:`DraftBudget` (priced against the batch's passes, ``batch_cost_prior``) under a limit the
     model sets each round: 0 (plain) where no chain length is predicted to beat plain rounds, else the
     longest one still predicted at least as fast (:meth:`_break_even`; rounds are timed at their
-    longest chain for the work outside the passes). The model alone decides here, the other choice
-    probed after ``explore_every`` rounds, then twice, four, … times as long, and drafting never probed
-    where it could not pay even if every drafted token were accepted (:meth:`could_pay`). Tried and
+    longest chain, each charged its time outside its own passes as the scheduler recorded them). The
+    model alone decides here, the other choice probed at the second round, then after 2, 4, 8, 16 times
+    ``explore_every`` rounds, and drafting never probed where it could not pay even if every drafted
+    token were accepted (:meth:`could_pay`, by more than ``probe_margin``). Tried and
     dropped (docs/results/RESULTS.md, seventh session): a timed check over a few rounds (bursty code
     acceptance: it kept choosing plain rounds where drafting paid, 0.97× plain at 2 requests), the
     model's γ* as the limit (chains kept short, deep acceptance never observed: 0.96× on a dev slice),
