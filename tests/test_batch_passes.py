@@ -5,9 +5,9 @@ import math
 import pytest
 
 from helpers import tiny_pair
-from specbound.decoding.costs import measure_costs
+from specbound.decoding.costs import measure_costs, pass_ratios
 from specbound.errors import SpecboundError
-from specbound.measure.batch_passes import BatchPassCosts, _ratio, measure_batch_passes
+from specbound.measure.batch_passes import BatchPassCosts, _decode_part, measure_batch_passes
 from specbound.models.rows import PassRecord
 from specbound.theory.speedup import CostProfile, expected_tokens_per_step
 
@@ -16,12 +16,17 @@ DRAFT = CostProfile((1, 8, 64), (0.030, 0.034, 0.120))
 
 
 def test_pass_ratios_leave_prompt_reads_out_and_price_rows_shared_or_in_turn():
+    from types import SimpleNamespace
+
     records = [PassRecord(1, 4, 400, 9.0),          # the prompts' read: left out
                PassRecord(1, 4, 4, 0.22),            # 4 rows × 1 token, shared: t(4) = 0.104
-               PassRecord(1, 4, 20, 0.32)]           # 4 rows × 5 tokens: t(20) = 0.160 + 4/16 · 0.100
-    shared = _ratio(records, VERIFY, True, 5)
+               PassRecord(1, 4, 20, 0.32),           # 4 rows × 5 tokens: t(20) = 0.160 + 4/16 · 0.100
+               PassRecord(0, 4, 4, 0.24)]            # the draft's 4 rows one after another: 4 · d(1)
+    target, draft, seconds = _decode_part(SimpleNamespace(passes=records, wall_time=12.0, prefill_time=9.5), 4)
+    assert seconds == pytest.approx(2.5)
+    shared = pass_ratios(target, VERIFY, True)
     assert shared == pytest.approx([0.22 / 0.104, 0.32 / 0.185])
-    in_turn = _ratio([PassRecord(0, 4, 4, 0.24)], DRAFT, False, 1)   # 4 rows one after another: 4 · d(1)
+    in_turn = pass_ratios(draft, DRAFT, False)
     assert in_turn == pytest.approx([0.24 / 0.120])
 
 

@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from ..errors import SpecboundError
-from ..theory.speedup import CostProfile
+from ..theory.speedup import CostProfile, rows_pass_seconds
 
 __all__ = ["COST_KS", "CostModel", "CostMeasurement", "costs_file", "load_or_measure_costs", "measure_costs",
+           "pass_ratios",
            "measure_forward_costs", "read_cost_cache"]
 
 COST_KS = (1, 2, 4, 8, 16, 32, 64)
@@ -279,6 +280,14 @@ class _OnlineCurve:
         if len(self.ratios) < 4:
             return None
         return float(np.median(np.abs(np.asarray(self.ratios) - 1.0)))
+
+
+def pass_ratios(records, curve: CostProfile, shared: bool) -> list[float]:
+    """Measured / predicted seconds of a batch's passes (``PassRecord``s of one model): each pass over
+    ``rows`` rows reading ``tokens`` tokens in all, priced by ``curve`` as
+    :func:`~specbound.theory.speedup.rows_pass_seconds` prices it (one shared forward, or rows in turn)."""
+    return [p.seconds / float(rows_pass_seconds(curve, p.rows, p.tokens / p.rows, shared))
+            for p in records if p.tokens > 0 and p.rows > 0]
 
 
 class CostModel:

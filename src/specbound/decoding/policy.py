@@ -231,12 +231,10 @@ class BatchDraftLength:
         return a
 
     def _ratio(self, priority: int, curve, shared: bool) -> float:
-        from ..theory.speedup import rows_pass_seconds
+        from .costs import pass_ratios
 
         recent = (self.passes() if self.passes is not None else [])[-64:]
-        records = [p for p in recent if p.priority == priority]
-        ratios = [p.seconds / float(rows_pass_seconds(curve, p.rows, p.tokens / p.rows, shared))
-                  for p in records if p.tokens > 0 and p.rows > 0]
+        ratios = pass_ratios([p for p in recent if p.priority == priority], curve, shared)
         return float(np.median(ratios)) if ratios else 1.0
 
     def model_gamma(self) -> int:

@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..errors import SpecboundError
-from ..theory.speedup import CostProfile, rows_pass_seconds
+from ..decoding.costs import pass_ratios
 
 __all__ = ["BatchPassCosts", "measure_batch_passes"]
 
@@ -59,18 +59,9 @@ class BatchPassCosts:
         return max(self._line(self.gammas, self.drafted_work, gamma), 0.0) if gamma > 0 else self.plain_work
 
 
-def _ratio(records, curve: CostProfile, shared: bool, max_tokens_per_row: int) -> list[float]:
-    """Measured / predicted seconds of the decode passes among ``records`` (prompt reads left out:
-    they read more than ``max_tokens_per_row`` tokens per row)."""
-    out = []
-    for p in records:
-        if p.rows > 0 and 0 < p.tokens <= p.rows * max_tokens_per_row:
-            out.append(p.seconds / float(rows_pass_seconds(curve, p.rows, p.tokens / p.rows, shared)))
-    return out
-
-
 def _decode_part(result, gamma: int):
-    """(decode passes of the target, decode passes of the draft, seconds after the prefill) of a batch."""
+    """(decode passes of the target, decode passes of the draft, seconds after the prefill) of a batch
+    (prompt reads left out: they read more than γ + 1 tokens per row)."""
     passes = result.passes
     target = [p for p in passes if p.priority >= 1 and 0 < p.tokens <= p.rows * (gamma + 1)]
     draft = [p for p in passes if p.priority == 0 and 0 < p.tokens <= p.rows * (gamma + 1)]
@@ -104,13 +95,13 @@ def measure_batch_passes(target, draft, prompt_ids: list[list[int]], batches, co
         prompts = [list(prompt_ids[i % len(prompt_ids)])[-(context or 0):] for i in range(int(B))]
         plain = autoregressive_decode_batch(target, prompts, tokens, temperature=0.0)
         p_target, _, p_seconds = _decode_part(plain, 0)
-        ratios = _ratio(p_target, costs.target, target_shared, 1)
+        ratios = pass_ratios(p_target, costs.target, target_shared)
         rounds, draft_round, work = len(p_target), [], []
         for g in gammas:
             sd = speculative_decode_batch(target, draft, prompts, tokens, gamma=g, temperature=0.0)
             s_target, s_draft, s_seconds = _decode_part(sd, g)
             n = max(len(s_target), 1)
-            ratios += _ratio(s_target, costs.target, target_shared, g + 1)
+            ratios += pass_ratios(s_target, costs.target, target_shared)
             drafted = sum(p.seconds for p in s_draft)
             draft_round.append(drafted / n)
             work.append(max(s_seconds - sum(p.seconds for p in s_target) - drafted, 0.0) / n)
