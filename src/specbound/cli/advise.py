@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .arguments import add_draft_quant, at_least, int_list, name_list
+from .arguments import add_compile, add_draft_quant, at_least, int_list, name_list
 
 HELP = ("how much speculation can give a pair on this engine and machine, the speed of light, the best "
         "settings (predicted, then measured), exports")
@@ -26,6 +26,7 @@ def add_arguments(p) -> None:
                    help="with --engine torch: where the draft runs (torch int8, its GGUF on llama.cpp, or auto: "
                         "llama.cpp when installed)")
     add_draft_quant(p)
+    add_compile(p)
     p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k")
     p.add_argument("--offset", type=int, default=20, help="first calibration prompt (held-out checks use the next ones)")
     p.add_argument("--n-prompts", type=int, default=4, help="calibration prompts")
@@ -107,7 +108,7 @@ def _advise(args, config, calibration, check, out) -> int:
     with console.status(f"loading the pair on {config.engine}…"):
         target, draft, paths = load_engine_pair(config.engine, args.target, args.draft,
                                                 target_precision=args.target_precision, draft_engine=args.draft_engine,
-                                                draft_quant=args.draft_quant)
+                                                draft_quant=args.draft_quant, compiled=args.compile)
     ids = encode_prompts(target, calibration)
     with progress_bar(not args.no_progress) as bar:
         advice = advise(target, draft, ids, config, progress=bar)

@@ -5,7 +5,7 @@ import contextlib
 import sys
 
 from ..errors import SpecboundError
-from .arguments import add_draft_quant, at_least, int_list, name_list
+from .arguments import add_compile, add_draft_quant, at_least, int_list, name_list
 
 HELP = ("specbound vs HF generate / assisted (fp32 and the same int8 draft) / prompt lookup, on held-out "
         "prompts, interleaved in one process")
@@ -28,6 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma list of " + ", ".join(BENCH_METHODS) + f" (default: {','.join(DEFAULT_METHODS)})")
     add_draft_quant(p)
+    add_compile(p)
     p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
                    help="the torch target every torch method uses (HF peers and specbound alike)")
     p.add_argument("--seed", type=int, default=0)
@@ -123,7 +124,7 @@ def _batched(args, gammas, prompts, out) -> int:
     config = BatchedConfig(prompt_set=args.prompt_set, offset=args.offset, n_prompts=len(prompts),
                            tokens=args.max_new_tokens, batches=tuple(args.batch), gammas=gammas)
     pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant,
-                    resolve_draft_engine(args.draft_engine))
+                    resolve_draft_engine(args.draft_engine), compiled=args.compile)
     status = console.status("loading models (first use converts the packaged weights, a few minutes)…")
     with status:
         result = run(config, pair, progress=lambda text: status.update(f"batched requests: {text}"),
@@ -189,11 +190,13 @@ def _bench(args, config, out) -> int:
     fingerprint = to_jsonable(config)
     if config.seeds == 1:
         fingerprint.pop("seeds", None)      # a one-seed run's units do not depend on --seeds
-    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant)   # its methods name their draft
+    pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant,   # its methods name their draft
+                    compiled=args.compile)
     journal = PartialResults(out / PARTIAL_NAME, {"bench": fingerprint, "target": pair.target or DEFAULT_TARGET,
                                                   "target_precision": pair.target_precision,
                                                   "draft": pair.draft or DEFAULT_DRAFT,
-                                                  "draft_quant": pair.draft_quant}, resume=args.resume)
+                                                  "draft_quant": pair.draft_quant,
+                                                  **({"compiled": True} if pair.compiled else {})}, resume=args.resume)
     result = run(config, pair, journal, progress=not args.no_progress,
                  loading=lambda: console.status("loading models (first use converts the packaged weights, a few "
                                                 "minutes)…"))

@@ -7,7 +7,7 @@ import sys
 from ..errors import SpecboundError
 from ..options import DEFAULT_DRAFT_ENGINE, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
 from . import output
-from .arguments import add_draft_quant
+from .arguments import add_compile, add_draft_quant
 
 HELP = "speculative decoding on real models; streams text and prints metrics"
 
@@ -56,6 +56,7 @@ def add_arguments(p) -> None:
                         "specbound[llamacpp]) or auto (llamacpp when installed, else torch; the default); "
                         "the target stays on torch")
     add_draft_quant(p)
+    add_compile(p)
     p.add_argument("--eager", action="store_true", help="keep eager linear layers (no oneDNN prepacking)")
     p.add_argument("--draft-fp32", action="store_true",
                    help="keep the draft in fp32 (default: int8 weights, ~3x cheaper per drafted token, "
@@ -195,7 +196,7 @@ def run(args) -> int:
     with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
         target, draft = load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32,
                                   target_precision=args.target_precision, draft_engine=args.draft_engine,
-                                  draft_quant=args.draft_quant)
+                                  draft_quant=args.draft_quant, compiled=args.compile)
     if len(prompts) > 1:
         return _run_batch(args, target, draft, prompts, spec, console)
     prompt = prompts[0]

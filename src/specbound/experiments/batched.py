@@ -241,7 +241,7 @@ def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, load
     prompts = load_prompts(config.prompt_set, limit=config.n_prompts, offset=config.offset)
     with (loading or nullcontext)():
         target, draft = load_pair(pair.target, pair.draft, draft_int8=True, target_precision=pair.target_precision,
-                                  draft_engine=pair.draft_engine, draft_quant=pair.draft_quant)
+                                  draft_engine=pair.draft_engine, draft_quant=pair.draft_quant, compiled=pair.compiled)
         llama = None
         if importlib.util.find_spec("llama_cpp") is not None:
             llama = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)

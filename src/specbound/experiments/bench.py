@@ -93,6 +93,7 @@ class PairSpec:
     target_precision: str = DEFAULT_TARGET_PRECISION
     draft_quant: str = DEFAULT_DRAFT_QUANT
     draft_engine: str = "torch"            # where ``bench --batch`` runs the draft's rows (torch int8 / llamacpp)
+    compiled: bool = False                 # the torch target's reads through torch.compile (load_model)
 
 
 @dataclass
@@ -308,7 +309,8 @@ def load_models(methods, pair: PairSpec) -> dict:
     from ..models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
 
     methods = set(methods)
-    target, draft_int8 = load_pair(pair.target, pair.draft, draft_int8=True, target_precision=pair.target_precision)
+    target, draft_int8 = load_pair(pair.target, pair.draft, draft_int8=True, target_precision=pair.target_precision,
+                                   compiled=pair.compiled)
     models = {"target": target, "draft_int8": draft_int8}
     draft_name = pair.draft or DEFAULT_DRAFT
     if "hf-assisted-fp32" in methods:

@@ -34,8 +34,12 @@ its config and tokenizer, so a fresh machine never needs the fp32 copy.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import sys
+import types
 import warnings
+import weakref
 from pathlib import Path
 
 import torch
@@ -75,6 +79,46 @@ def _prepack(qweight: torch.Tensor, scale: torch.Tensor):
             zeros = torch.zeros(qweight.shape[0], dtype=torch.long)
             quantized = torch._make_per_channel_quantized_tensor(qweight.contiguous(), scale.double(), zeros, 0)
         return torch.ops.quantized.linear_prepack(quantized, None)
+
+
+# ----------------------------------------------------------------- fbgemm's GEMM as an operator torch.compile can trace
+# fbgemm's packed weight is an opaque script object that torch.compile cannot put in a graph, so a
+# compiled forward (models/compiled.py) calls the GEMM through this operator: the layer is named by
+# an integer id (a 0-d tensor, so one graph serves every layer), its per-channel scales give the output
+# width. Everything around the GEMM (per-token scales, outliers, bias) is traced and fused.
+def _gemm_registry() -> types.SimpleNamespace:
+    """The process-wide registry behind ``specbound::int8_gemm``: layers by id (weak references) and the
+    operator's library. Kept outside this module's namespace, in ``sys.modules``, because an operator is
+    registered once per process while this module may be imported again (a test drops and re-imports
+    specbound's modules)."""
+    registry = sys.modules.get("_specbound_int8_gemm")
+    if registry is None:
+        registry = types.ModuleType("_specbound_int8_gemm")
+        registry.layers, registry.ids, registry.library = {}, itertools.count(1), None
+        sys.modules["_specbound_int8_gemm"] = registry
+    return registry
+
+
+def _define_gemm_op() -> None:
+    registry = _gemm_registry()
+    if registry.library is not None:
+        return
+    library = torch.library.Library("specbound", "DEF")
+    library.define("int8_gemm(Tensor rows, Tensor layer, Tensor scale, bool reduce_range) -> Tensor")
+
+    def gemm(rows, layer, scale, reduce_range):
+        owner = registry.layers[int(layer)]()
+        return torch.ops.quantized.linear_dynamic(rows, owner._packed, reduce_range)
+
+    def fake(rows, layer, scale, reduce_range):
+        return rows.new_empty(rows.shape[0], scale.shape[0])
+
+    library.impl("int8_gemm", gemm, "CPU")
+    torch.library.register_fake("specbound::int8_gemm", fake, lib=library)
+    registry.library = library
+
+
+_define_gemm_op()
 
 
 def activation_bits() -> int:
@@ -152,6 +196,10 @@ class Int8Linear(nn.Module):
         self.register_buffer("inv_smooth", None if smooth is None else (1.0 / smooth.detach().float()).clone(),
                              persistent=False)
         self.scale, self._packed, self.anchor = self._group(qweight, scale)
+        registry = _gemm_registry()
+        key = next(registry.ids)
+        self.gemm_id = torch.tensor(key)                 # this layer's name for specbound::int8_gemm
+        registry.layers[key] = weakref.ref(self, lambda _, key=key, layers=registry.layers: layers.pop(key, None))
         self.outliers = self.keep = None
         if n_out:
             if n_out > MAX_OUTLIERS:
@@ -234,6 +282,14 @@ class Int8Linear(nn.Module):
         rows[k] = anchor[0]
         return torch.ops.quantized.linear_dynamic(rows, packed, reduce_range)[:k].mul_(m)
 
+    def _per_token_traced(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`_per_token` as torch.compile traces it (no ``out=``, the GEMM as an operator): the
+        same operations in the same order, so the same bits (tested)."""
+        k = x.shape[0]
+        m = x.abs().amax(1, keepdim=True).clamp_min(1e-30)
+        rows = torch.cat([x / m, self.anchor], 0)
+        return torch.ops.specbound.int8_gemm(rows, self.gemm_id, self.scale, self.reduce_range)[:k] * m
+
     def _exact_outliers(self, x: torch.Tensor) -> torch.Tensor:
         """The outlier channels' product: each row rounded to int8 steps of its own max|x| / 127
         (symmetric, 8 bits), times the int8 weight columns, summed in float32. Every term and partial
@@ -249,7 +305,11 @@ class Int8Linear(nn.Module):
         x = x.reshape(-1, self.in_features).float()
         if self.inv_smooth is not None:
             x = x * self.inv_smooth
-        if self.activations == "token" and self.outliers is None:
+        if self.activations == "token" and torch.compiler.is_compiling():
+            y = self._per_token_traced(x if self.outliers is None else x.index_select(1, self.keep))
+            if self.outliers is not None:
+                y = y + self._exact_outliers(x.index_select(1, self.outliers))
+        elif self.activations == "token" and self.outliers is None:
             y = self._per_token(x, self._packed, self.anchor, self.reduce_range)
         elif self.activations == "token":
             y = self._per_token(x.index_select(1, self.keep), self._packed, self.anchor, self.reduce_range)

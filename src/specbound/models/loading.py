@@ -78,7 +78,7 @@ def _int8_directory(name, progress: bool):
 
 
 def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: bool = False,
-               precision: str | None = None, invariant: bool = True) -> HFModel:
+               precision: str | None = None, invariant: bool = True, compiled: bool = False) -> HFModel:
     """A packaged model name (see ``specbound models``) or a local model directory, as an HFModel.
 
     ``precision="fp32"`` (or ``int8=False``): the float model, with ``prepack`` swapping the linear
@@ -89,9 +89,14 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     never written for it); a local directory is quantised at load. ``invariant`` (int8) also makes
     the float parts batch-invariant (:func:`~specbound.models.int8.make_batch_invariant`, ~5% of a
     forward): what a target needs so that verifying k tokens equals reading them one by one; a draft
-    only proposes and can skip it.
+    only proposes and can skip it. ``compiled`` runs a static-cache model's single-row reads through
+    ``torch.compile`` (:func:`~specbound.models.static.compiled_layer_step`): the same logits bit for
+    bit, each layer's small operations fused; it costs a compile on the first reads of a process.
     """
     precision = check_precision("int8" if int8 else (precision or "fp32"))
+    if compiled and precision != "int8":
+        raise SpecboundError("--compile applies to the int8 target (its reads are tested bit for bit against "
+                             f"eager ones); this target's precision is {precision}: use --target-precision int8")
     t0 = time.perf_counter()
     if precision == "int8" and is_packaged_name(name_or_path):
         model, tokenizer = load_int8(_int8_directory(name_or_path, progress))
@@ -112,6 +117,9 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     wrapped = wrap_hf_model(model, tokenizer, name=str(name_or_path))
     if isinstance(wrapped, StaticCacheHFModel):
         kernels += ", static KV cache"
+        if compiled:
+            wrapped.compiled = True
+            kernels += ", torch.compile"
     # identity: content key for cost caches (None for temporary directories: never cached globally)
     wrapped.info = replace(wrapped.info, kernels=kernels, identity=model_identity(name_or_path),
                            load_seconds=time.perf_counter() - t0)
@@ -157,18 +165,20 @@ def check_same_tokenizer(target_model, draft_model) -> None:
 
 def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = True,
               draft_int8: bool = False, target_precision: str = "fp32", draft_engine: str = "torch",
-              draft_quant: str = DEFAULT_DRAFT_QUANT):
+              draft_quant: str = DEFAULT_DRAFT_QUANT, compiled: bool = False):
     """Target and draft (defaults: the embedded Qwen2.5-Coder 1.5B / 0.5B pair), checked to share
     one vocabulary and tokenizer before any decoding starts. ``target_precision`` picks the target
     the user runs (fp32, prepacked; or int8 — lossless SD is with respect to that target);
     ``draft_int8`` quantises a torch draft (lossy for the draft, harmless for the output law);
     ``draft_engine="llamacpp"`` runs the draft's GGUF file on llama.cpp instead (mixed backends:
     the draft only proposes, so its engine never changes the output law); such a draft's weights are
-    ``draft_quant`` ("q4_0": re-quantised once for llama.cpp's fastest CPU kernels; "file": as shipped)."""
+    ``draft_quant`` ("q4_0": re-quantised once for llama.cpp's fastest CPU kernels; "file": as shipped).
+    ``compiled``: the target's reads through torch.compile (:func:`load_model`)."""
     check_precision(target_precision)
     check_draft_quant(draft_quant)
     draft_engine = resolve_draft_engine(draft_engine)
-    target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack, precision=target_precision)
+    target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack, precision=target_precision,
+                              compiled=compiled)
     if draft_engine == "llamacpp":
         draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress, quant=draft_quant)
     else:
@@ -178,7 +188,7 @@ def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = Tr
 
 
 def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True, target_precision: str = "fp32",
-                     draft_engine: str | None = None, draft_quant: str = DEFAULT_DRAFT_QUANT):
+                     draft_engine: str | None = None, draft_quant: str = DEFAULT_DRAFT_QUANT, compiled: bool = False):
     """Target and draft on ``engine`` — "torch" (oneDNN-prepacked fp32 or int8 target; int8 draft,
     or the draft's GGUF on llama.cpp with ``draft_engine="llamacpp"``) or "llamacpp" (both GGUF
     files, read directly) — plus the model paths a serving engine would load. A draft on llama.cpp
@@ -186,7 +196,7 @@ def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True
     if engine == "torch":
         target_model, draft_model = load_pair(target, draft, progress, draft_int8=True,
                                               target_precision=target_precision, draft_engine=draft_engine or "torch",
-                                              draft_quant=draft_quant)
+                                              draft_quant=draft_quant, compiled=compiled)
         paths = {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False, precision=target_precision,
                                              builder=build_int8))}
         if resolve_draft_engine(draft_engine or "torch") == "torch":

@@ -31,8 +31,10 @@ import torch.nn.functional as F
 from ..errors import SpecboundError
 from .base import CacheTree, ModelInfo
 from .hf import HFModel, attention_shape
+from .int8 import _SharedInputSlice
 
-__all__ = ["STATIC_CACHE_MODEL_TYPES", "RowRead", "StaticCacheHFModel", "read_rows", "static_cache_unsupported",
+__all__ = ["STATIC_CACHE_MODEL_TYPES", "RowRead", "StaticCacheHFModel", "compiled_layer_step", "layer_step", "read_rows",
+           "static_cache_unsupported",
            "wrap_hf_model"]
 
 #: ``config.model_type`` values whose decoder layers have the Llama form read here.
@@ -83,6 +85,7 @@ class StaticCacheHFModel(HFModel):
         invariant = getattr(config, "_attn_implementation", None) == ATTENTION_NAME
         self.attention_dtype = torch.float64 if invariant else next(model.parameters()).dtype
         self.keys = self.values = None
+        self.compiled = False          # single-row reads through compiled_layer_step (load_model(compiled=True))
         self.scheduler = None          # a batch's pass scheduler while this model is one of its rows
         self.batch_priority = 1        # rows of lower priority (the draft) read first in a batch
         super().__init__(model, tokenizer, name, info)
@@ -95,22 +98,29 @@ class StaticCacheHFModel(HFModel):
         self.slots = CacheTree(self.name)
         self.cache = None          # the protocol's DynamicCache is not used
 
+    @property
+    def capacity(self) -> int:
+        """Slots the key/value tensors hold now (they grow by doubling)."""
+        return 0 if self.keys is None else self.keys[0].shape[2]
+
     def _reserve(self, length: int) -> None:
-        """Grow the key/value tensors (doubling) to hold ``length`` slots."""
-        have = 0 if self.keys is None else self.keys.shape[3]
+        """Grow the key/value tensors (doubling) to hold ``length`` slots. One tensor per layer
+        ([1, kv heads, slots, head dim]): a compiled layer step writes its own layer's tensor in place."""
+        have = self.capacity
         if length <= have:
             return
         size = max(length, 2 * have, 256)
         limit = self.info.max_positions
         if limit is not None:
             size = max(length, min(size, limit))
-        layers = len(self.model.model.layers)
-        shape = (layers, 1, self.n_kv_heads, size, self.head_dim)
-        keys = torch.zeros(shape, dtype=self.attention_dtype)
-        values = torch.zeros(shape, dtype=self.attention_dtype)
-        if have:
-            keys[..., :have, :] = self.keys
-            values[..., :have, :] = self.values
+        shape = (1, self.n_kv_heads, size, self.head_dim)
+        keys, values = [], []
+        for i in range(len(self.model.model.layers)):
+            keys.append(torch.zeros(shape, dtype=self.attention_dtype))
+            values.append(torch.zeros(shape, dtype=self.attention_dtype))
+            if have:
+                keys[i][:, :, :have] = self.keys[i]
+                values[i][:, :, :have] = self.values[i]
         self.keys, self.values = keys, values
 
     def crop(self, length: int) -> None:
@@ -122,8 +132,8 @@ class StaticCacheHFModel(HFModel):
         if tail and tail != list(range(base_length, base_length + len(tail))):
             index = torch.as_tensor(tail, dtype=torch.long)
             dst = slice(base_length, base_length + len(tail))
-            self.keys[..., dst, :] = self.keys.index_select(3, index)
-            self.values[..., dst, :] = self.values.index_select(3, index)
+            for cache in (*self.keys, *self.values):
+                cache[:, :, dst] = cache.index_select(2, index)
 
     # ------------------------------------------------------------------ rows of a batch
     rows_share_passes = True
@@ -173,39 +183,28 @@ def read_rows(reads: list[RowRead]) -> list[torch.Tensor]:
     cache): the tokens of all rows go through every projection, norm and MLP together — a forward's
     cost is its weight read, shared by the batch — and each row attends over its OWN cache slots with
     its own mask, exactly as it would alone (no padding, no row sees another's keys or a stale slot).
+    A single row of a model loaded with ``compiled=True`` runs its layers through the compiled layer
+    step (:func:`compiled_layer_step`); the same operations, the same bits (tested).
     Returns each row's next-token logits [1, k or keep_logits, vocab], in order."""
     owner = reads[0].model
     model, inner = owner.model, owner.model.model
-    nh, nkv, hd, dtype = owner.n_heads, owner.n_kv_heads, owner.head_dim, owner.attention_dtype
+    shape = (owner.n_heads, owner.n_kv_heads, owner.head_dim, owner.attention_dtype)
     sizes = [r.tokens.shape[1] for r in reads]
     bounds = np.cumsum([0] + sizes).tolist()
-    n = bounds[-1]
+    step = compiled_layer_step() if owner.compiled and len(reads) == 1 else layer_step
     with torch.inference_mode():
         tokens = reads[0].tokens if len(reads) == 1 else torch.cat([r.tokens for r in reads], dim=1)
         positions = [p for r in reads for p in r.positions]
         x = inner.embed_tokens(tokens)
         cos, sin = inner.rotary_emb(x, torch.as_tensor([positions], dtype=torch.long))
         cos, sin = cos[:, None], sin[:, None]                    # [1, 1, n, hd]
-        biases = [torch.zeros(r.visible.shape, dtype=dtype).masked_fill_(~r.visible, float("-inf")) for r in reads]
+        biases = [torch.zeros(r.visible.shape, dtype=shape[3]).masked_fill_(~r.visible, float("-inf"))
+                  for r in reads]
+        slots = [torch.arange(r.start, r.end) for r in reads]
         for i, layer in enumerate(inner.layers):
-            attn = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = attn.q_proj(h).view(1, n, nh, hd).transpose(1, 2)
-            key = attn.k_proj(h).view(1, n, nkv, hd).transpose(1, 2)
-            value = attn.v_proj(h).view(1, n, nkv, hd).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            key = key * cos + _rotate_half(key) * sin
-            outs = []
-            for r, bias, a, b in zip(reads, biases, bounds, bounds[1:]):
-                row = r.model
-                row.keys[i, :, :, r.start:r.end] = key[:, :, a:b]
-                row.values[i, :, :, r.start:r.end] = value[:, :, a:b]
-                outs.append(F.scaled_dot_product_attention(
-                    q[:, :, a:b].to(dtype), row.keys[i, :, :, :r.end], row.values[i, :, :, :r.end],
-                    attn_mask=bias, scale=attn.scaling, enable_gqa=nkv != nh))
-            out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
-            x = x + attn.o_proj(out.to(x.dtype).transpose(1, 2).reshape(1, n, nh * hd))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            rows = [(r.model.keys[i], r.model.values[i], slot, r.end, bias, a, b)
+                    for r, slot, bias, a, b in zip(reads, slots, biases, bounds, bounds[1:])]
+            x = step(layer, x, cos, sin, rows, shape)
         keep = [(b - r.keep_logits if r.keep_logits else a, b) for r, a, b in zip(reads, bounds, bounds[1:])]
         if len(reads) == 1:
             kept = x[:, keep[0][0]:keep[0][1]]
@@ -213,6 +212,61 @@ def read_rows(reads: list[RowRead]) -> list[torch.Tensor]:
             kept = torch.cat([x[:, a:b] for a, b in keep], dim=1)
         logits = model.lm_head(inner.norm(kept)).float()
     return list(logits.split([b - a for a, b in keep], dim=1))
+
+
+def _projections(parent, names, h):
+    """The outputs of ``parent``'s layers ``names`` on the input h: one GEMM and views of its
+    columns when :func:`~specbound.models.int8.fuse_shared_inputs` fused them, else each layer."""
+    layers = [getattr(parent, n) for n in names]
+    first = layers[0]
+    if isinstance(first, _SharedInputSlice) and all(isinstance(m, _SharedInputSlice) and m.fused is first.fused
+                                                     for m in layers):
+        fused = first.fused(h)
+        return [fused[..., m.start:m.stop] for m in layers]
+    return [m(h) for m in layers]
+
+
+def layer_step(layer, x, cos, sin, rows, shape):
+    """One decoder layer of the Llama form over the tokens x [1, n, d] of one pass: norm, q/k/v,
+    rotary, then per row (keys, values, slots, end, bias, a, b) its tokens a:b written into its cache
+    at ``slots`` and attending over slots 0..end-1 with its additive mask; o_proj, residual, MLP."""
+    nh, nkv, hd, dtype = shape
+    gqa = bool(nkv != nh)
+    attn, n = layer.self_attn, x.shape[1]
+    q, key, value = _projections(attn, ("q_proj", "k_proj", "v_proj"), layer.input_layernorm(x))
+    q = q.view(1, n, nh, hd).transpose(1, 2)
+    key = key.view(1, n, nkv, hd).transpose(1, 2)
+    value = value.view(1, n, nkv, hd).transpose(1, 2)
+    q = q * cos + _rotate_half(q) * sin
+    key = key * cos + _rotate_half(key) * sin
+    outs = []
+    for keys, values, slots, end, bias, a, b in rows:
+        keys.index_copy_(2, slots, key[:, :, a:b].to(dtype))
+        values.index_copy_(2, slots, value[:, :, a:b].to(dtype))
+        outs.append(F.scaled_dot_product_attention(q[:, :, a:b].to(dtype), keys[:, :, :end], values[:, :, :end],
+                                                   attn_mask=bias, scale=attn.scaling, enable_gqa=gqa))
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    x = x + attn.o_proj(out.to(x.dtype).transpose(1, 2).reshape(1, n, nh * hd))
+    mlp = layer.mlp
+    gate, up = _projections(mlp, ("gate_proj", "up_proj"), layer.post_attention_layernorm(x))
+    return x + mlp.down_proj(mlp.act_fn(gate) * up)
+
+
+_COMPILED_STEP: list = []
+
+
+def compiled_layer_step():
+    """:func:`layer_step` through ``torch.compile`` (inductor, dynamic shapes): the norms, rotary,
+    per-token scales, SiLU and residual adds of a layer fuse into a few C++ loops around the GEMMs
+    and the attention call. One graph serves every layer of the same form (the modules' tensors are
+    graph inputs), recompiled once with dynamic sizes when the tokens per read or the cache length
+    first change; built on the first reads (seconds to tens of seconds, then cached on disk by inductor)."""
+    if not _COMPILED_STEP:
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        _COMPILED_STEP.append(torch.compile(layer_step))
+    return _COMPILED_STEP[0]
 
 
 def wrap_hf_model(model, tokenizer=None, name: str | None = None, static: bool = True) -> HFModel:
