@@ -5,9 +5,10 @@ import json
 
 from helpers import CharTokenizer, tiny_pair
 from specbound.assets.prompts import Prompt
-from specbound.experiments.bench import BENCH_METHODS, LLAMACPP_METHODS, BenchConfig, BenchResult, run_bench
+from specbound.experiments.bench import (BENCH_METHODS, COMPILED_METHODS, LLAMACPP_METHODS, BenchConfig, BenchResult,
+                                         run_bench)
 
-TORCH_METHODS = tuple(m for m in BENCH_METHODS if m not in LLAMACPP_METHODS)
+TORCH_METHODS = tuple(m for m in BENCH_METHODS if m not in LLAMACPP_METHODS + COMPILED_METHODS)   # compiled: test_compiled
 from specbound.experiments.bench_report import bench_markdown
 from specbound.measure.journal import PartialResults
 from specbound.experiments.report import from_jsonable, to_jsonable

@@ -63,3 +63,21 @@ def test_compile_needs_the_int8_target_and_says_so_before_loading(tmp_path):
 
     with pytest.raises(SpecboundError, match="int8"):
         load_model(tmp_path / "no-such-model", precision="fp32", compiled=True)
+
+
+def test_bench_compiled_twin_decodes_as_the_eager_target(target):
+    from dataclasses import replace
+
+    from specbound.decoding import SamplingConfig
+    from specbound.experiments.bench import compiled_twin, run_method
+
+    eager = StaticCacheHFModel(target, name="eager")
+    eager.info = replace(eager.info, kernels="int8-fbgemm, static KV cache")
+    models = {"target": eager, "target_compiled": compiled_twin(eager)}
+    assert models["target_compiled"].compiled and "torch.compile" in models["target_compiled"].info.kernels
+    prompt = torch.tensor([[3, 17, 5, 9]])
+    plain, _ = run_method("specbound-plain", models, prompt, 16, SamplingConfig(0.0), 0)
+    twin, run = run_method("specbound-plain-compiled", models, prompt, 16, SamplingConfig(0.0), 0)
+    assert twin == plain and run.decode_tokens_per_second > 0
+    with pytest.raises(SpecboundError, match="int8"):
+        compiled_twin(StaticCacheHFModel(tiny_transformer(6, vocab=VOCAB), name="fp32"))

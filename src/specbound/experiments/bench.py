@@ -45,11 +45,12 @@ import math
 import platform
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ..decoding import SamplingConfig, autoregressive_decode, speculative_decode
+from ..errors import SpecboundError
 from ..models.tokens import stop_token_ids
 from ..options import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_PRECISION
 from ..seeds import derive_seed
@@ -59,14 +60,18 @@ __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun
 
 BENCH_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                  "hf-lookup", "specbound-plain", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft",
-                 "specbound-tree-lcdraft", "specbound-chain-lcdraft-file")
+                 "specbound-tree-lcdraft", "specbound-chain-lcdraft-file", "specbound-plain-compiled",
+                 "specbound-chain-lcdraft-compiled")
 #: What ``specbound bench`` runs unless told otherwise (the rest on request: they add time, not information)
 DEFAULT_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                    "specbound-chain", "specbound-tree", "specbound-chain-lcdraft")
 SPECBOUND_METHODS = ("specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft",
-                     "specbound-chain-lcdraft-file")
+                     "specbound-chain-lcdraft-file", "specbound-chain-lcdraft-compiled")
 LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "specbound-chain-lcdraft", "specbound-tree-lcdraft",
-                    "specbound-chain-lcdraft-file")
+                    "specbound-chain-lcdraft-file", "specbound-chain-lcdraft-compiled")
+#: Methods that read the target through torch.compile (the same modules, load_model(compiled=True)'s reads),
+#: to compare side by side with their eager twins in one process (``--compile`` compiles every method's target)
+COMPILED_METHODS = ("specbound-plain-compiled", "specbound-chain-lcdraft-compiled")
 MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0, top_k=50)}
 ASSISTED_INT8 = ("hf-assisted-int8", "hf-assisted-int8-heuristic")
 
@@ -235,12 +240,16 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, gamma="auto", verification="auto")
     if method == "specbound-tree-lcdraft":
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, tree="auto")
+    if method == "specbound-chain-lcdraft-compiled":
+        return _specbound(models["target_compiled"], models["draft_llamacpp"], ids, n, sampling, seed, gamma="auto",
+                          verification="auto")
     if method == "specbound-chain-lcdraft-file":
         return _specbound(target, models["draft_llamacpp_file"], ids, n, sampling, seed, gamma="auto", verification="auto")
     if method == "llamacpp-plain":
         return _llamacpp_plain(models["llamacpp_target"], ids, n, sampling)
-    if method in ("llamacpp-plain-raw", "specbound-plain"):
-        model = models["llamacpp_raw"] if method == "llamacpp-plain-raw" else target
+    if method in ("llamacpp-plain-raw", "specbound-plain", "specbound-plain-compiled"):
+        model = {"llamacpp-plain-raw": models.get("llamacpp_raw"),
+                 "specbound-plain-compiled": models.get("target_compiled")}.get(method, target)
         res = autoregressive_decode(model, ids, n, temperature=sampling.temperature,
                                     top_k=sampling.top_k, top_p=sampling.top_p, seed=seed)
         m = res.metrics
@@ -301,6 +310,20 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
                        rows=rows, summary=summarise(rows))
 
 
+def compiled_twin(target):
+    """The target's modules behind a second wrapper whose reads go through torch.compile (its own cache)."""
+    from ..models.static import StaticCacheHFModel
+
+    if not isinstance(target, StaticCacheHFModel) or "int8" not in target.info.kernels:
+        raise SpecboundError("the *-compiled bench methods need the int8 target on the static cache "
+                             "(--target-precision int8)")
+    twin = target.fork()
+    twin.compiled = True
+    if "torch.compile" not in twin.info.kernels:
+        twin.info = replace(twin.info, kernels=twin.info.kernels + ", torch.compile")
+    return twin
+
+
 def load_models(methods, pair: PairSpec) -> dict:
     """The models ``methods`` need: the target and the int8 draft always; the fp32 draft, the draft's and
     the target's GGUF and llama-cpp-python's own ``Llama`` when a method uses them."""
@@ -315,7 +338,9 @@ def load_models(methods, pair: PairSpec) -> dict:
     draft_name = pair.draft or DEFAULT_DRAFT
     if "hf-assisted-fp32" in methods:
         models["draft_fp32"] = load_model(draft_name, progress=False)
-    if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft"}:
+    if methods & set(COMPILED_METHODS):
+        models["target_compiled"] = compiled_twin(target)
+    if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft", "specbound-chain-lcdraft-compiled"}:
         models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False, quant=pair.draft_quant)
         check_same_tokenizer(target, models["draft_llamacpp"])
     if "specbound-chain-lcdraft-file" in methods:
@@ -386,7 +411,7 @@ def summarise(rows: list[BenchRow]) -> dict:
             runs = [r.runs[m] for r in mine if m in r.runs]
             decode = [x.decode_tokens_per_second for x in runs if _finite(x.decode_tokens_per_second)]
             per[m]["median_decode_tokens_per_second"] = statistics.median(decode) if decode else None
-        for m in SPECBOUND_METHODS + ("specbound-plain", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic", "llamacpp-plain"):
+        for m in SPECBOUND_METHODS + ("specbound-plain", "specbound-plain-compiled", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic", "llamacpp-plain"):
             if m not in per:
                 continue
             for ref, key, field_ in (("hf-generate", "vs_generate", "tokens_per_second"),
