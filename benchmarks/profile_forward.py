@@ -122,6 +122,11 @@ def main(argv=None) -> int:
         args.bandwidth_gbs = 2 * a.numel() * 4 / min(seconds) / 1e9          # bytes read + written
     models = {"target int8": load_model(DEFAULT_TARGET, progress=False, precision="int8"),
               "draft int8": load_model(DEFAULT_DRAFT, progress=False, precision="int8")}
+    # the same int8 target read through torch.compile (its own cache; the same logits bit for bit)
+    if isinstance(models["target int8"], StaticCacheHFModel):
+        compiled = models["target int8"].fork()
+        compiled.compiled = True
+        models["target int8, torch.compile"] = compiled
     # the same int8 modules through the model's own forward over a DynamicCache (no static cache)
     for name in ("target int8", "draft int8"):
         if isinstance(models[name], StaticCacheHFModel):
@@ -149,8 +154,9 @@ def main(argv=None) -> int:
              f"`python benchmarks/profile_forward.py --repeats {args.repeats}`; copy bandwidth "
              f"{args.bandwidth_gbs:.1f} GB/s. t(k): median of {args.repeats} reads of k tokens after a 96-token cached "
              "prefix, (max − min)/median in brackets; torch models' repeats interleaved. The int8 rows read through "
-             "specbound's static KV cache (models/static.py); the rows marked \"HF forward, DynamicCache\" are the "
-             "same int8 modules through the model's own forward.", "",
+             "specbound's static KV cache (models/static.py); the row marked \"torch.compile\" reads the same modules "
+             "through the compiled layer step (`--compile`; compiled before timing); the rows marked \"HF forward, "
+             "DynamicCache\" are the same int8 modules through the model's own forward.", "",
              "| model | " + " | ".join(f"t({k}) ms" for k in KS) + " | t(8)/t(1) | weights streamed in |", "|---|" + "---:|" * (len(KS) + 2)]
     for name, e in report["models"].items():
         c = e["costs"]

@@ -23,6 +23,8 @@ from specbound.cli import main
     (["generate", "--prompt-set", "nosuchset"], "unknown prompt set 'nosuchset'"),
     (["generate", "--prompt-set", "builtin", "--index", "99999"], "--index 99999"),
     (["generate", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["generate", "--compile", "--target-precision", "fp32"], "--compile reads the int8 target"),
+    (["advise", "--compile", "--engine", "llamacpp"], "--compile reads the torch int8 target"),
     (["generate", "--prompt-set", "builtin", "--index", "0,x"], "--index must be an integer or a comma"),
     (["generate", "--prompt-set", "builtin", "--index", "0,99999"], "--index 99999"),
     (["generate", "--prompt-file", "/nonexistent/prompts.txt"], "no such file"),

@@ -81,3 +81,30 @@ def test_bench_compiled_twin_decodes_as_the_eager_target(target):
     assert twin == plain and run.decode_tokens_per_second > 0
     with pytest.raises(SpecboundError, match="int8"):
         compiled_twin(StaticCacheHFModel(tiny_transformer(6, vocab=VOCAB), name="fp32"))
+
+
+def test_a_failed_compile_leaves_eager_reads_with_a_warning(target, monkeypatch):
+    import specbound.models.static as static
+
+    def broken():
+        def step(*args, **kwargs):
+            raise RuntimeError("no C++ compiler")
+        return step
+
+    monkeypatch.setattr(static, "compiled_layer_step", broken)
+    model = StaticCacheHFModel(target, name="eager")
+    model.compiled = True
+    with pytest.warns(UserWarning, match="no C\\+\\+ compiler"):
+        assert model.compile_now() is None
+    assert not model.compiled
+    model.prefill([1, 2, 3])
+    assert model.forward(torch.tensor([[4]])).shape[-1] == VOCAB
+
+
+def test_compile_is_on_for_the_int8_target_unless_refused():
+    from specbound.options import resolve_compile
+
+    assert resolve_compile(None, "int8") and not resolve_compile(None, "fp32")
+    assert not resolve_compile(False, "int8") and resolve_compile(True, "int8")
+    with pytest.raises(SpecboundError, match="int8"):
+        resolve_compile(True, "fp32")

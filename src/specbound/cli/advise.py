@@ -71,8 +71,12 @@ def run(args) -> int:
     calibration = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
     check = load_prompts(args.prompt_set, limit=args.check_prompts, offset=args.offset + args.n_prompts) \
         if args.check_prompts else []
-    from ..options import resolve_draft_engine
+    from ..errors import SpecboundError
+    from ..options import resolve_compile, resolve_draft_engine
 
+    if args.compile and args.engine != "torch":
+        raise SpecboundError("--compile reads the torch int8 target through torch.compile: use --engine torch")
+    args.compile = resolve_compile(args.compile, args.target_precision) if args.engine == "torch" else False
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     _check_engine_available("llamacpp" if args.draft_engine == "llamacpp" else args.engine)
     configure_threads(args.threads)

@@ -72,8 +72,9 @@ def add_draft_quant(p) -> None:
 
 
 def add_compile(p) -> None:
-    """``--compile``: the torch target's reads through torch.compile (``load_model(compiled=True)``)."""
-    p.add_argument("--compile", action="store_true",
-                   help="run the torch target's forwards through torch.compile (inductor): the same logits bit for "
-                        "bit, ~10%% less time per pass here; the first reads of a process compile (seconds with "
-                        "inductor's disk cache warm, ~1 min cold), so it pays on long jobs")
+    """``--compile`` / ``--no-compile``: the torch int8 target's reads through torch.compile
+    (``specbound.options.resolve_compile``: on for the int8 target unless ``--no-compile``)."""
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="read the int8 target through torch.compile (inductor; the default for the int8 target): "
+                        "the same logits bit for bit, ~10%% less time per pass here; a process compiles at load "
+                        "(a few seconds, ~30 s the first time on a machine); --no-compile reads it eagerly")

@@ -62,14 +62,16 @@ def run(args) -> int:
     from ..runtime import configure_threads
     from ..experiments.bench import BENCH_METHODS, COMPILED_METHODS, LLAMACPP_METHODS, MODES, BenchConfig
     from ..experiments.report import check_output_dir
+    from ..options import resolve_compile
 
     at_least(args, 1, "n_prompts", "max_new_tokens", "repeats", "seeds")
     at_least(args, 0, "offset", "threads", "seed")
     modes = name_list(args.modes, MODES, "--modes")
     methods = name_list(args.methods, BENCH_METHODS, "--methods")
-    if (args.compile or any(m in COMPILED_METHODS for m in methods)) and args.target_precision != "int8":
-        raise SpecboundError("--compile and the *-compiled methods read the int8 target through torch.compile: "
+    if any(m in COMPILED_METHODS for m in methods) and args.target_precision != "int8":
+        raise SpecboundError("the *-compiled methods read the int8 target through torch.compile: "
                              f"use --target-precision int8 (got {args.target_precision})")
+    args.compile = resolve_compile(args.compile, args.target_precision)
     if any(m in LLAMACPP_METHODS for m in methods) and not (args.verify_cost or args.contention or args.batch):
         from ..models.llamacpp import load_llama_cpp
 

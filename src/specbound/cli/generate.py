@@ -175,7 +175,7 @@ def run(args) -> int:
     from ..assets.prompts import format_prompt
     from ..decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
     from ..models.loading import load_pair
-    from ..options import check_precision, resolve_draft_engine
+    from ..options import check_precision, resolve_compile, resolve_draft_engine
     from ..models.tokens import stop_token_ids
     from ..runtime import configure_threads
 
@@ -187,9 +187,7 @@ def run(args) -> int:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     prompts = _pick_prompts(args)
     check_precision(args.target_precision)
-    if args.compile and args.target_precision != "int8":
-        raise SpecboundError(f"--compile reads the int8 target through torch.compile: use --target-precision int8 "
-                             f"(got {args.target_precision})")
+    args.compile = resolve_compile(args.compile, args.target_precision)
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     if args.draft_engine == "llamacpp":
         from ..models.llamacpp import load_llama_cpp

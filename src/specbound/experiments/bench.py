@@ -319,6 +319,8 @@ def compiled_twin(target):
                              "(--target-precision int8)")
     twin = target.fork()
     twin.compiled = True
+    if twin.compile_now() is None:
+        raise SpecboundError("the *-compiled bench methods need torch.compile, which failed here (see the warning)")
     if "torch.compile" not in twin.info.kernels:
         twin.info = replace(twin.info, kernels=twin.info.kernels + ", torch.compile")
     return twin
@@ -403,7 +405,8 @@ def summarise(rows: list[BenchRow]) -> dict:
             runs = [r.runs[m] for r in mine if m in r.runs]
             per[m] = {"median_tokens_per_second": statistics.median(x.tokens_per_second for x in runs),
                       "median_tau": statistics.median(x.tau for x in runs),
-                      "identical": sum(bool(x.identical) for x in runs) if mode == "greedy" else None,
+                      "identical": sum(bool(x.identical) for x in runs)     # None where no reference ran
+                      if mode == "greedy" and any(x.identical is not None for x in runs) else None,
                       "prompts": len(runs)}
         best_assisted = max((m for m in ASSISTED_INT8 if m in per), default=None,
                             key=lambda m: per[m]["median_tokens_per_second"])

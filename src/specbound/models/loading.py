@@ -119,7 +119,8 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
         kernels += ", static KV cache"
         if compiled:
             wrapped.compiled = True
-            kernels += ", torch.compile"
+            if wrapped.compile_now() is not None:      # in the load time: no timed read pays for compiling
+                kernels += ", torch.compile"
     # identity: content key for cost caches (None for temporary directories: never cached globally)
     wrapped.info = replace(wrapped.info, kernels=kernels, identity=model_identity(name_or_path),
                            load_seconds=time.perf_counter() - t0)

@@ -22,6 +22,8 @@ as its registered attention does.
 from __future__ import annotations
 
 import copy
+import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +43,7 @@ __all__ = ["STATIC_CACHE_MODEL_TYPES", "RowRead", "StaticCacheHFModel", "compile
 STATIC_CACHE_MODEL_TYPES = ("qwen2", "llama")
 _LAYER_PARTS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP_PARTS = ("gate_proj", "up_proj", "down_proj", "act_fn")
 
 
 def static_cache_unsupported(model) -> str | None:
@@ -57,8 +60,9 @@ def static_cache_unsupported(model) -> str | None:
         return "not the Llama module layout (model.embed_tokens/layers/norm/rotary_emb, lm_head)"
     for layer in inner.layers:
         if not all(hasattr(layer, n) for n in _LAYER_PARTS) or \
-                not all(hasattr(layer.self_attn, n) for n in _ATTENTION_PARTS):
-            return "a decoder layer without the Llama parts (norms, q/k/v/o projections, mlp)"
+                not all(hasattr(layer.self_attn, n) for n in _ATTENTION_PARTS) or \
+                not all(hasattr(layer.mlp, n) for n in _MLP_PARTS):
+            return "a decoder layer without the Llama parts (norms, q/k/v/o projections, gated mlp)"
         if getattr(layer.self_attn, "sliding_window", None):
             return "sliding-window attention"
         if hasattr(layer.self_attn, "q_norm"):
@@ -134,6 +138,26 @@ class StaticCacheHFModel(HFModel):
             dst = slice(base_length, base_length + len(tail))
             for cache in (*self.keys, *self.values):
                 cache[:, :, dst] = cache.index_select(2, index)
+
+    def compile_now(self) -> float | None:
+        """Build the compiled graphs of :func:`compiled_layer_step` now, on a throwaway row (a prompt
+        read, one-token and k-token reads), so that no timed read pays for compiling; returns the
+        seconds it took (2-6 s here with inductor's disk cache warm, ~30 s cold). Where compiling
+        fails (no C++ compiler, an unsupported platform) this model reads eagerly from then on, with
+        a warning saying why, and None is returned."""
+        t0 = time.perf_counter()
+        row = self.fork()
+        row.compiled = True
+        try:
+            row.prefill([0, 1, 2])
+            for tokens in ([3], [4, 5], [6], [7, 8, 9]):
+                row.forward(torch.tensor([tokens]))
+        except Exception as exc:  # noqa: BLE001 - any compiler failure leaves the eager reads, which are the same
+            self.compiled = False
+            warnings.warn(f"{self.name}: torch.compile failed ({type(exc).__name__}: {str(exc)[:200]}); "
+                          "its reads stay eager (the same logits, ~10% slower)", stacklevel=2)
+            return None
+        return time.perf_counter() - t0
 
     # ------------------------------------------------------------------ rows of a batch
     rows_share_passes = True
