@@ -83,10 +83,10 @@ def _prepack(qweight: torch.Tensor, scale: torch.Tensor):
 
 # ----------------------------------------------------------------- fbgemm's GEMM as an operator torch.compile can trace
 # fbgemm's packed weight is an opaque script object that torch.compile cannot put in a graph, so a
-# compiled forward (models/compiled.py) calls the GEMM through this operator: the layer is named by
+# compiled read (models/static.py, compiled_layer_step) calls the GEMM through this operator: the layer is named by
 # an integer id (a 0-d tensor, so one graph serves every layer), its per-channel scales give the output
 # width. Everything around the GEMM (per-token scales, outliers, bias) is traced and fused.
-def _gemm_registry() -> types.SimpleNamespace:
+def _gemm_registry() -> types.ModuleType:
     """The process-wide registry behind ``specbound::int8_gemm``: layers by id (weak references) and the
     operator's library. Kept outside this module's namespace, in ``sys.modules``, because an operator is
     registered once per process while this module may be imported again (a test drops and re-imports

@@ -20,7 +20,7 @@ from .int8 import (
 )
 from ..options import (
     DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine,
-    check_draft_quant, check_precision, resolve_draft_engine,
+    check_draft_quant, check_precision, resolve_compile, resolve_draft_engine,
 )
 
 __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_RECIPE", "TARGET_PRECISIONS", "build_int8", "int8_kernels",
@@ -91,12 +91,11 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     forward): what a target needs so that verifying k tokens equals reading them one by one; a draft
     only proposes and can skip it. ``compiled`` runs a static-cache model's single-row reads through
     ``torch.compile`` (:func:`~specbound.models.static.compiled_layer_step`): the same logits bit for
-    bit, each layer's small operations fused; it costs a compile on the first reads of a process.
+    bit, each layer's small operations fused; the graphs are built here, before the model is returned.
     """
     precision = check_precision("int8" if int8 else (precision or "fp32"))
-    if compiled and precision != "int8":
-        raise SpecboundError("--compile applies to the int8 target (its reads are tested bit for bit against "
-                             f"eager ones); this target's precision is {precision}: use --target-precision int8")
+    if compiled:
+        resolve_compile(True, precision)         # the int8 target only: refused before anything loads
     t0 = time.perf_counter()
     if precision == "int8" and is_packaged_name(name_or_path):
         model, tokenizer = load_int8(_int8_directory(name_or_path, progress))
