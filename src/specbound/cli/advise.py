@@ -59,24 +59,24 @@ def run(args) -> int:
     at_least(args, 1, "n_prompts", "tokens", "positions", "repeats", "check_tokens", "check_runs")
     at_least(args, 0, "offset", "check_prompts", "threads")
     modes = name_list(args.modes, MODES, "--modes")
+    from ..errors import SpecboundError
+    from ..options import resolve_compile
+
+    if args.compile and args.engine != "torch":
+        raise SpecboundError("--compile reads the torch int8 target through torch.compile: use --engine torch")
+    args.compile = resolve_compile(args.compile, args.target_precision) if args.engine == "torch" else False
     batches = ()
     if args.batch is not None:
         batches = tuple(args.batch)
         if args.engine != "torch":
-            from ..errors import SpecboundError
-
             raise SpecboundError("--batch needs --engine torch: it prices a target whose rows share one pass, and "
                                  "llama.cpp target rows run one after another (the draft may run on llama.cpp)")
     out = check_output_dir(args.out)
     calibration = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)
     check = load_prompts(args.prompt_set, limit=args.check_prompts, offset=args.offset + args.n_prompts) \
         if args.check_prompts else []
-    from ..errors import SpecboundError
-    from ..options import resolve_compile, resolve_draft_engine
+    from ..options import resolve_draft_engine
 
-    if args.compile and args.engine != "torch":
-        raise SpecboundError("--compile reads the torch int8 target through torch.compile: use --engine torch")
-    args.compile = resolve_compile(args.compile, args.target_precision) if args.engine == "torch" else False
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     _check_engine_available("llamacpp" if args.draft_engine == "llamacpp" else args.engine)
     configure_threads(args.threads)

@@ -185,9 +185,9 @@ def run(args) -> int:
     spec = draft_spec_from_args(args)
     if args.max_new_tokens < 1:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    prompts = _pick_prompts(args)
     check_precision(args.target_precision)
     args.compile = resolve_compile(args.compile, args.target_precision)
+    prompts = _pick_prompts(args)
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     if args.draft_engine == "llamacpp":
         from ..models.llamacpp import load_llama_cpp
