@@ -271,24 +271,23 @@ class Int8Linear(nn.Module):
             w[:, self.outliers] = scaled(self.qweight_outliers, self.scale_outliers)
         return w if self.inv_smooth is None else w * self.inv_smooth[None, :]
 
-    @staticmethod
-    def _per_token(x: torch.Tensor, packed, anchor: torch.Tensor, reduce_range: bool) -> torch.Tensor:
+    def _per_token(self, x: torch.Tensor) -> torch.Tensor:
         """Each row scaled to max |x| = 1, the anchor row fixing fbgemm's range to [-1, 1]; then
-        each output row multiplied back by its row's max (see the module docstring)."""
+        each output row multiplied back by its row's max (see the module docstring). Under
+        torch.compile the rows are built by a concatenation and the GEMM is the operator
+        ``specbound::int8_gemm`` (fbgemm's packed weight cannot enter a graph): the same operations on
+        the same values, so the same bits (tests/test_compiled.py)."""
         k = x.shape[0]
         m = x.abs().amax(1, keepdim=True).clamp_min_(1e-30)     # = the inf-norm, ~5x cheaper on CPU
-        rows = torch.empty(k + 1, x.shape[1])
-        torch.div(x, m, out=rows[:k])
-        rows[k] = anchor[0]
-        return torch.ops.quantized.linear_dynamic(rows, packed, reduce_range)[:k].mul_(m)
-
-    def _per_token_traced(self, x: torch.Tensor) -> torch.Tensor:
-        """:meth:`_per_token` as torch.compile traces it (no ``out=``, the GEMM as an operator): the
-        same operations in the same order, so the same bits (tested)."""
-        k = x.shape[0]
-        m = x.abs().amax(1, keepdim=True).clamp_min(1e-30)
-        rows = torch.cat([x / m, self.anchor], 0)
-        return torch.ops.specbound.int8_gemm(rows, self.gemm_id, self.scale, self.reduce_range)[:k] * m
+        if torch.compiler.is_compiling():
+            rows = torch.cat([x / m, self.anchor], 0)
+            y = torch.ops.specbound.int8_gemm(rows, self.gemm_id, self.scale, self.reduce_range)
+        else:
+            rows = torch.empty(k + 1, x.shape[1])
+            torch.div(x, m, out=rows[:k])
+            rows[k] = self.anchor[0]
+            y = torch.ops.quantized.linear_dynamic(rows, self._packed, self.reduce_range)
+        return y[:k].mul_(m)
 
     def _exact_outliers(self, x: torch.Tensor) -> torch.Tensor:
         """The outlier channels' product: each row rounded to int8 steps of its own max|x| / 127
@@ -305,14 +304,10 @@ class Int8Linear(nn.Module):
         x = x.reshape(-1, self.in_features).float()
         if self.inv_smooth is not None:
             x = x * self.inv_smooth
-        if self.activations == "token" and torch.compiler.is_compiling():
-            y = self._per_token_traced(x if self.outliers is None else x.index_select(1, self.keep))
-            if self.outliers is not None:
-                y = y + self._exact_outliers(x.index_select(1, self.outliers))
-        elif self.activations == "token" and self.outliers is None:
-            y = self._per_token(x, self._packed, self.anchor, self.reduce_range)
+        if self.activations == "token" and self.outliers is None:
+            y = self._per_token(x)
         elif self.activations == "token":
-            y = self._per_token(x.index_select(1, self.keep), self._packed, self.anchor, self.reduce_range)
+            y = self._per_token(x.index_select(1, self.keep))
             y.add_(self._exact_outliers(x.index_select(1, self.outliers)))
         elif x.shape[0] == 1:              # x86's one-row int8 path is slow: read the row twice
             y = torch.ops.quantized.linear_dynamic(torch.cat([x, x]), self._packed, self.reduce_range)[:1]
