@@ -5,7 +5,8 @@ oneDNN-prepacked) writes a greedy continuation; then every variant reads the sam
 (prompt + continuation) in one pass, and at every position we compare its next-token law with
 fp32's: top-1 agreement (same arg-max) and KL(fp32 ‖ variant) in nats (T = 1, full vocabulary).
 
-Variants: int8 torch targets with per-tensor or per-channel weight scales and per-tensor or
+Variants: the K-quant target (``--kquant``: the GGUF file's own weights, activations rounded to int8
+per 32 inputs; models/kquant.py), int8 torch targets with per-tensor or per-channel weight scales and per-tensor or
 per-token activation scales, with the n input channels of largest activation read apart or
 SmoothQuant-smoothed (both calibrated on specbound's built-in calibration texts, which share nothing
 with the prompt sets), and llama.cpp's Q4_K_M on the packaged GGUF (its own logits, one
@@ -101,6 +102,8 @@ def main(argv=None) -> int:
     ap.add_argument("--continuation", type=int, default=32, help="fp32 greedy tokens appended to each prompt")
     ap.add_argument("--variants", default="all", help="'|'-separated variant names, 'all', or 'none'")
     ap.add_argument("--no-llamacpp", action="store_true")
+    ap.add_argument("--kquant", action="store_true",
+                    help="also the K-quant target (--target-precision kquant: the GGUF's own Q4_K/Q6_K weights)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default="docs/results/fidelity")
     args = ap.parse_args(argv)
@@ -148,6 +151,10 @@ def main(argv=None) -> int:
         model = HFModel(hf, tok, name=label)
         evaluate(label, model)
         del model, hf
+    if args.kquant:
+        model = load_model(DEFAULT_TARGET, progress=False, precision="kquant")
+        evaluate("kquant: the GGUF's Q4_K/Q6_K weights as stored, int8 activations per 32 inputs", model)
+        del model
     if not args.no_llamacpp:
         from specbound.models.llamacpp import LlamaCppModel
 

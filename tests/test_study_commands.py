@@ -10,6 +10,7 @@ from specbound.cli import main
 from specbound.experiments import batched, bench
 from specbound.models.hf import HFModel
 from specbound.models.int8 import quantize_int8
+from specbound.options import resolve_target_precision
 from specbound.seeds import derive_seed
 
 
@@ -48,7 +49,8 @@ def test_bench_command_runs_the_study_and_writes_its_report(tmp_path, monkeypatc
             "--threads", "1", "--no-progress", "--out", str(tmp_path)]
     assert main(argv) == 0
     (methods, pair), = asked
-    assert methods == ("hf-generate", "specbound-chain") and pair == bench.PairSpec(None, None, "int8", compiled=True)   # compiled: the int8 default
+    default = resolve_target_precision(None)          # kquant where the K-quant kernel builds, else int8
+    assert methods == ("hf-generate", "specbound-chain") and pair == bench.PairSpec(None, None, default, compiled=True)
     data = json.loads((tmp_path / "bench-builtin-sampled.json").read_text())
     assert len(data["rows"]) == 4 and (tmp_path / "bench-builtin-sampled.md").is_file()
     assert not (tmp_path / "partial.jsonl").exists()                 # the journal is gone once the report is written

@@ -4,14 +4,22 @@ from __future__ import annotations
 from .errors import SpecboundError
 
 __all__ = ["DEFAULT_DRAFT_ENGINE", "DEFAULT_DRAFT_QUANT", "DEFAULT_TARGET_PRECISION", "DRAFT_ENGINES", "DRAFT_QUANTS",
-           "TARGET_PRECISIONS", "check_draft_engine", "check_draft_quant", "check_precision", "resolve_compile",
-           "resolve_draft_engine"]
+           "COMPILED_PRECISIONS", "FALLBACK_TARGET_PRECISION", "TARGET_PRECISIONS", "check_draft_engine", "check_draft_quant",
+           "check_precision", "resolve_compile", "resolve_draft_engine", "resolve_target_precision"]
 
-#: What ``--target-precision`` accepts: the fp32 model (oneDNN-prepacked) or its int8 quantisation
-#: (:mod:`specbound.models.int8`), a different target with respect to which decoding is lossless.
-TARGET_PRECISIONS = ("fp32", "int8")
-#: The packaged pair's default target (README and docs/results/fidelity say why).
-DEFAULT_TARGET_PRECISION = "int8"
+#: What ``--target-precision`` accepts: the fp32 model (oneDNN-prepacked), its int8 quantisation
+#: (:mod:`specbound.models.int8`), or "kquant": the GGUF file's own Q4_K/Q6_K weights on specbound's
+#: K-quant kernel (:mod:`specbound.models.kquant`). The quantised ones are different targets, with
+#: respect to which decoding is lossless.
+TARGET_PRECISIONS = ("fp32", "int8", "kquant")
+#: Targets whose reads may go through torch.compile (static-cache models of quantised weights).
+COMPILED_PRECISIONS = ("int8", "kquant")
+#: The packaged pair's default target (README and docs/quantised-targets.md say why): the GGUF file's own
+#: K-quant weights where the kernel builds and the target is a GGUF file (a packaged name or a .gguf
+#: path), else int8 (:func:`resolve_target_precision`).
+DEFAULT_TARGET_PRECISION = "kquant"
+#: What a local Hugging Face directory (not a GGUF file) gets by default.
+FALLBACK_TARGET_PRECISION = "int8"
 #: Where the draft may run: PyTorch (int8 or fp32), llama.cpp (the packaged GGUF, weights per
 #: ``DRAFT_QUANTS``), or "auto": llama.cpp when llama-cpp-python is installed (its q4_0 draft forward
 #: is the cheapest here: docs/results/profile), else PyTorch.
@@ -36,6 +44,29 @@ def check_precision(precision: str) -> str:
     return _one_of(precision, TARGET_PRECISIONS, "precision")
 
 
+def resolve_target_precision(precision: str | None, target: str | None = None, warn=None) -> str:
+    """``--target-precision`` as given, or (None) the default: "kquant" when the target is a GGUF file
+    (a packaged name or a ``.gguf`` path) and the K-quant kernel builds here, else "int8" — then
+    ``warn`` (a callable taking a message) is told why, so a report never names a target it did not run."""
+    if precision is not None:
+        return check_precision(precision)
+    if target is not None and not str(target).endswith(".gguf"):
+        from .assets.models import is_packaged_name
+
+        if not is_packaged_name(target):
+            return FALLBACK_TARGET_PRECISION
+    from .models.kquant import kernel_available, load_kernel
+
+    if kernel_available():
+        return DEFAULT_TARGET_PRECISION
+    if warn is not None:
+        try:
+            load_kernel()
+        except SpecboundError as exc:
+            warn(f"{exc}; the target is the int8 one instead (--target-precision int8)")
+    return FALLBACK_TARGET_PRECISION
+
+
 def check_draft_engine(engine: str) -> str:
     return _one_of(engine, DRAFT_ENGINES, "draft engine")
 
@@ -55,10 +86,10 @@ def resolve_draft_engine(engine: str) -> str:
 
 
 def resolve_compile(compile_: bool | None, precision: str) -> bool:
-    """``--compile`` / ``--no-compile`` / neither (None): the int8 target's reads go through torch.compile
-    unless told not to (same logits bit for bit, ~10% faster passes here: docs/quantised-targets.md);
-    the fp32 target is never compiled, and asking for it is an error."""
-    if compile_ and precision != "int8":
-        raise SpecboundError(f"--compile reads the int8 target through torch.compile: use --target-precision int8 "
-                             f"(got {precision})")
-    return precision == "int8" if compile_ is None else bool(compile_)
+    """``--compile`` / ``--no-compile`` / neither (None): a quantised target's reads (int8, kquant) go
+    through torch.compile unless told not to (same logits bit for bit, ~10% faster passes here:
+    docs/quantised-targets.md); the fp32 target is never compiled, and asking for it is an error."""
+    if compile_ and precision not in COMPILED_PRECISIONS:
+        raise SpecboundError(f"--compile reads a quantised target through torch.compile: use --target-precision "
+                             f"{' or '.join(COMPILED_PRECISIONS)} (got {precision})")
+    return precision in COMPILED_PRECISIONS if compile_ is None else bool(compile_)

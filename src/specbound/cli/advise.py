@@ -12,7 +12,8 @@ DEFAULT_OUT = "runs/advise"
 
 
 def add_arguments(p) -> None:
-    from ..options import DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+    from ..options import DRAFT_ENGINES, TARGET_PRECISIONS
+    from .arguments import TARGET_PRECISION_HELP
 
     p.add_argument("--target", default=None, help="packaged model name or local path (default: Qwen2.5-Coder-1.5B); "
                                                  "a .gguf file with --engine llamacpp")
@@ -20,8 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--engine", default="torch", choices=["torch", "llamacpp"],
                    help="where to measure: PyTorch (the --target-precision target, int8 draft) or llama.cpp "
                         "(the GGUF files)")
-    p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
-                   help="with --engine torch: the target you run (int8 or fp32)")
+    p.add_argument("--target-precision", default=None, choices=list(TARGET_PRECISIONS),
+                   help="with --engine torch: " + TARGET_PRECISION_HELP)
     p.add_argument("--draft-engine", default="auto", choices=list(DRAFT_ENGINES),
                    help="with --engine torch: where the draft runs (torch int8, its GGUF on llama.cpp, or auto: "
                         "llama.cpp when installed)")
@@ -60,10 +61,15 @@ def run(args) -> int:
     at_least(args, 0, "offset", "check_prompts", "threads")
     modes = name_list(args.modes, MODES, "--modes")
     from ..errors import SpecboundError
-    from ..options import resolve_compile
+    from ..options import resolve_compile, resolve_target_precision
 
     if args.compile and args.engine != "torch":
         raise SpecboundError("--compile reads the torch int8 target through torch.compile: use --engine torch")
+    if args.engine == "torch":
+        args.target_precision = resolve_target_precision(args.target_precision, args.target,
+                                                         warn=lambda m: print(m, file=sys.stderr))
+    elif args.target_precision is None:
+        args.target_precision = "int8"        # not used by --engine llamacpp (the GGUF files are read directly)
     args.compile = resolve_compile(args.compile, args.target_precision) if args.engine == "torch" else False
     batches = ()
     if args.batch is not None:

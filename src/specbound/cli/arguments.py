@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 
 from ..errors import SpecboundError
 
-__all__ = ["add_compile", "add_draft_quant", "at_least", "int_list", "name_list", "positive_threads"]
+__all__ = ["TARGET_PRECISION_HELP", "add_compile", "add_draft_quant", "at_least", "int_list", "name_list", "positive_threads"]
 
 
 def int_list(minimum: int | None = None) -> Callable[[str], list[int]]:
@@ -78,3 +78,11 @@ def add_compile(p) -> None:
                    help="read the int8 target through torch.compile (inductor; the default for the int8 target): "
                         "the same logits bit for bit, ~10%% less time per pass here; a process compiles at load "
                         "(a few seconds, ~30 s the first time on a machine); --no-compile reads it eagerly")
+
+
+#: ``--target-precision``'s help, one text for generate, bench and advise.
+TARGET_PRECISION_HELP = (
+    "the target you run (default: kquant for the packaged model or a .gguf file where the K-quant kernel builds, "
+    "else int8): kquant = the GGUF file's own Q4_K/Q6_K weights read by specbound's kernel, int8 = int8 weights and "
+    "activations (fbgemm), fp32 = the GGUF dequantised to float32; the quantised ones are different models, and "
+    "decoding is lossless with respect to the one you run")

@@ -14,7 +14,8 @@ DEFAULT_OUT = "runs/bench"
 
 
 def add_arguments(p) -> None:
-    from ..options import DEFAULT_DRAFT_ENGINE, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+    from ..options import DEFAULT_DRAFT_ENGINE, DRAFT_ENGINES, TARGET_PRECISIONS
+    from .arguments import TARGET_PRECISION_HELP
     from ..experiments.bench import BENCH_METHODS, DEFAULT_METHODS, MODES
 
     p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
@@ -29,8 +30,8 @@ def add_arguments(p) -> None:
                    help="comma list of " + ", ".join(BENCH_METHODS) + f" (default: {','.join(DEFAULT_METHODS)})")
     add_draft_quant(p)
     add_compile(p)
-    p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
-                   help="the torch target every torch method uses (HF peers and specbound alike)")
+    p.add_argument("--target-precision", default=None, choices=list(TARGET_PRECISIONS),
+                   help="the torch target every torch method uses (HF peers and specbound alike); " + TARGET_PRECISION_HELP)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1,
                    help="paired repeats per prompt (default 1): every method runs S times with the same seeds, and "
@@ -68,9 +69,13 @@ def run(args) -> int:
     at_least(args, 0, "offset", "threads", "seed")
     modes = name_list(args.modes, MODES, "--modes")
     methods = name_list(args.methods, BENCH_METHODS, "--methods")
-    if any(m in COMPILED_METHODS for m in methods) and args.target_precision != "int8":
-        raise SpecboundError("the *-compiled methods read the int8 target through torch.compile: "
-                             f"use --target-precision int8 (got {args.target_precision})")
+    from ..options import COMPILED_PRECISIONS, resolve_target_precision
+
+    args.target_precision = resolve_target_precision(args.target_precision, args.target,
+                                                     warn=lambda m: print(m, file=sys.stderr))
+    if any(m in COMPILED_METHODS for m in methods) and args.target_precision not in COMPILED_PRECISIONS:
+        raise SpecboundError("the *-compiled methods read a quantised target through torch.compile: use "
+                             f"--target-precision {' or '.join(COMPILED_PRECISIONS)} (got {args.target_precision})")
     args.compile = resolve_compile(args.compile, args.target_precision)
     if any(m in LLAMACPP_METHODS for m in methods) and not (args.verify_cost or args.contention or args.batch):
         from ..models.llamacpp import load_llama_cpp

@@ -5,9 +5,9 @@ import json
 import sys
 
 from ..errors import SpecboundError
-from ..options import DEFAULT_DRAFT_ENGINE, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS
+from ..options import DEFAULT_DRAFT_ENGINE, DRAFT_ENGINES, TARGET_PRECISIONS
 from . import output
-from .arguments import add_compile, add_draft_quant
+from .arguments import TARGET_PRECISION_HELP, add_compile, add_draft_quant
 
 HELP = "speculative decoding on real models; streams text and prints metrics"
 
@@ -47,10 +47,8 @@ def add_arguments(p) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available to this process)")
-    p.add_argument("--target-precision", default=DEFAULT_TARGET_PRECISION, choices=list(TARGET_PRECISIONS),
-                   help=f"the target you run (default {DEFAULT_TARGET_PRECISION}): int8 = int8 weights and activations "
-                        "(~3x cheaper per pass, a slightly different model; decoding is lossless with respect to "
-                        "it), fp32 = the packaged weights dequantised to float32")
+    p.add_argument("--target-precision", default=None, choices=list(TARGET_PRECISIONS),
+                   help=TARGET_PRECISION_HELP)
     p.add_argument("--draft-engine", default=DEFAULT_DRAFT_ENGINE, choices=list(DRAFT_ENGINES),
                    help="where the draft runs: torch (int8), llamacpp (the draft's GGUF file, needs "
                         "specbound[llamacpp]) or auto (llamacpp when installed, else torch; the default); "
@@ -175,7 +173,7 @@ def run(args) -> int:
     from ..assets.prompts import format_prompt
     from ..decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
     from ..models.loading import load_pair
-    from ..options import check_precision, resolve_compile, resolve_draft_engine
+    from ..options import resolve_compile, resolve_draft_engine, resolve_target_precision
     from ..models.tokens import stop_token_ids
     from ..runtime import configure_threads
 
@@ -185,7 +183,7 @@ def run(args) -> int:
     spec = draft_spec_from_args(args)
     if args.max_new_tokens < 1:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    check_precision(args.target_precision)
+    args.target_precision = resolve_target_precision(args.target_precision, args.target, warn=console.print)
     args.compile = resolve_compile(args.compile, args.target_precision)
     prompts = _pick_prompts(args)
     args.draft_engine = resolve_draft_engine(args.draft_engine)

@@ -314,9 +314,9 @@ def compiled_twin(target):
     """The target's modules behind a second wrapper whose reads go through torch.compile (its own cache)."""
     from ..models.static import StaticCacheHFModel
 
-    if not isinstance(target, StaticCacheHFModel) or "int8" not in target.info.kernels:
-        raise SpecboundError("the *-compiled bench methods need the int8 target on the static cache "
-                             "(--target-precision int8)")
+    if not isinstance(target, StaticCacheHFModel) or not any(k in target.info.kernels for k in ("int8", "kquant")):
+        raise SpecboundError("the *-compiled bench methods need a quantised target on the static cache "
+                             "(--target-precision int8 or kquant)")
     twin = target.fork()
     twin.compiled = True
     if twin.compile_now() is None:

@@ -27,8 +27,9 @@ from torch import nn
 
 from ..errors import SpecboundError
 
-__all__ = ["KQUANT_KINDS", "KQuantLinear", "dequantize_packed", "kernel_available", "load_kernel", "pack_q4_k",
-           "pack_q6_k", "q4_k_codes", "q6_k_codes", "vector_path"]
+__all__ = ["KQUANT_ARCHITECTURES", "KQUANT_KINDS", "KQuantEmbedding", "KQuantLinear", "dequantize_packed",
+           "fuse_kquant_inputs", "kernel_available", "load_gguf_kquant", "load_kernel", "pack_q4_k", "pack_q4_values",
+           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "vector_path"]
 
 #: GGUF tensor types this kernel reads, by name: the kernel's ``kind``.
 KQUANT_KINDS = {"Q4_K": 4, "Q6_K": 6}
@@ -135,13 +136,40 @@ def _check_rows(rows: int, cols: int) -> None:
 
 def pack_q4_k(raw: np.ndarray) -> dict:
     """The kernel's tensors for a Q4_K weight (``kquant.cpp`` documents the layout)."""
-    q, sc, m, d, dmin = q4_k_codes(raw)
+    return pack_q4_values(*q4_k_codes(raw))
+
+
+def pack_q4_values(q: np.ndarray, sc: np.ndarray, m: np.ndarray, d: np.ndarray, dmin: np.ndarray) -> dict:
+    """The kernel's tensors from Q4_K values: codes q [R, C] in 0..15, group scales and mins [R, C/32]
+    in 0..63, super-block factors d, dmin [R, C/256] (float32)."""
     rows, cols = q.shape
     _check_rows(rows, cols)
-    q = q.reshape(rows // LANES, LANES, cols // 32, 4, 2, 4)           # (b, r, g, chunk, half, j)
+    q = np.asarray(q, dtype=np.uint8).reshape(rows // LANES, LANES, cols // 32, 4, 2, 4)   # (b, r, g, chunk, half, j)
     codes = (q[..., 0, :] | (q[..., 1, :] << 4)).transpose(0, 2, 3, 1, 4).reshape(rows // LANES, cols // 32, 256)
-    return {"kind": 4, "codes": np.ascontiguousarray(codes), "sc": _lanes(sc), "mn": _lanes(m),
-            "d": _lanes(d), "dmin": _lanes(dmin), "shape": (rows, cols)}
+    return {"kind": 4, "codes": np.ascontiguousarray(codes), "sc": _lanes(np.asarray(sc, dtype=np.uint8)),
+            "mn": _lanes(np.asarray(m, dtype=np.uint8)), "d": _lanes(np.asarray(d, dtype=np.float32)),
+            "dmin": _lanes(np.asarray(dmin, dtype=np.float32)), "shape": (rows, cols)}
+
+
+def quantize_q4_k(weight) -> dict:
+    """A float weight [R, C] rounded to Q4_K values (per 32 inputs an affine 4-bit grid, its step and
+    offset on 6-bit multiples of per-256 factors), packed for the kernel. For tests and small models:
+    the packaged targets are read from their GGUF file, never re-quantised."""
+    w = np.asarray(weight.detach().float() if isinstance(weight, torch.Tensor) else weight, dtype=np.float32)
+    rows, cols = w.shape
+    _check_rows(rows, cols)
+    g = w.reshape(rows, cols // 256, 8, 32)
+    low = np.minimum(g.min(axis=3), 0.0)                     # w = a q - b with b >= 0
+    step = (g.max(axis=3) - low) / 15.0
+    d = np.maximum(step.max(axis=2), 1e-12) / 63.0
+    dmin = np.maximum((-low).max(axis=2), 1e-12) / 63.0
+    sc = np.clip(np.rint(step / d[..., None]), 1, 63)
+    m = np.clip(np.rint(-low / dmin[..., None]), 0, 63)
+    a = (d[..., None] * sc).astype(np.float32)
+    b = (dmin[..., None] * m).astype(np.float32)
+    q = np.clip(np.rint((g + b[..., None]) / a[..., None]), 0, 15)
+    return pack_q4_values(q.reshape(rows, cols), sc.reshape(rows, -1), m.reshape(rows, -1),
+                          d.astype(np.float32), dmin.astype(np.float32))
 
 
 def pack_q6_k(raw: np.ndarray) -> dict:
@@ -217,3 +245,150 @@ class KQuantLinear(nn.Module):
         name = {4: "Q4_K", 6: "Q6_K"}[self.kind]
         return f"in_features={self.in_features}, out_features={self.out_features}, weights={name} (GGUF's own), " \
                "activations=int8 per 32 inputs"
+
+
+class KQuantEmbedding(nn.Module):
+    """Token embedding read from the same packed K-quant tensor as a tied output layer: the rows a read
+    asks for are dequantised as GGUF does (``d·sc`` then ``·q − dmin·m``), so they equal the file's."""
+
+    def __init__(self, layer: KQuantLinear):
+        super().__init__()
+        self.layer = layer
+        self.num_embeddings, self.embedding_dim = layer.out_features, layer.in_features
+
+    @property
+    def weight(self) -> torch.Tensor:            # what code reading ``embed_tokens.weight`` (dtype, device) sees
+        return self.layer.d[:1, 0, :1]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        layer, flat = self.layer, ids.reshape(-1).long()
+        block, lane = flat // LANES, flat % LANES
+        cols, n = layer.in_features, flat.numel()
+        if layer.kind == 4:
+            codes = layer.codes[block].view(n, cols // 32, 4, LANES, 4)[torch.arange(n), :, :, lane]   # [n, g, chunk, j]
+            q = torch.stack([codes & 0x0F, codes >> 4], dim=3).reshape(n, cols).float()          # (g, chunk, half, j)
+            d = layer.d[block, :, lane].repeat_interleave(8, 1) * layer.sc[block, :, lane].float()
+            dm = layer.dmin[block, :, lane].repeat_interleave(8, 1) * layer.mn[block, :, lane].float()
+            w = d.repeat_interleave(32, 1) * q - dm.repeat_interleave(32, 1)
+        else:
+            codes = layer.codes[block].view(n, cols // 16, 4, LANES, 4)[torch.arange(n), :, :, lane]
+            q = (codes.reshape(n, cols).to(torch.int16) - 32).float()
+            d = layer.d[block, :, lane].repeat_interleave(16, 1) * layer.sc[block, :, lane].view(torch.int8).float()
+            w = d.repeat_interleave(16, 1) * q
+        return w.reshape(*ids.shape, cols)
+
+
+#: GGUF tensor names of a Llama-form decoder (qwen2, llama) -> Hugging Face module paths.
+_GGUF_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+               "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+               "ffn_down": "mlp.down_proj"}
+KQUANT_ARCHITECTURES = ("qwen2",)   # llama's GGUF permutes q/k rows for its rotary layout: not read here
+
+
+def _hf_name(gguf_name: str) -> str:
+    parts = gguf_name.split(".")
+    if parts[0] == "token_embd":
+        return "model.embed_tokens." + parts[-1]
+    if parts[0] == "output_norm":
+        return "model.norm." + parts[-1]
+    if parts[0] == "output":
+        return "lm_head." + parts[-1]
+    if parts[0] == "blk" and parts[2] in _GGUF_NAMES:
+        return f"model.layers.{parts[1]}.{_GGUF_NAMES[parts[2]]}.{parts[-1]}"
+    raise SpecboundError(f"unexpected GGUF tensor {gguf_name!r}")
+
+
+def load_gguf_kquant(path, portable: bool = False):
+    """``(model, tokenizer)``: the Hugging Face module tree of a qwen2 GGUF file whose linear layers are
+    :class:`KQuantLinear` over the file's own Q4_K / Q6_K blocks (nothing re-quantised; no float copy
+    of the weights is made), its norms and biases float32 from the file, the embedding read from the
+    token-embedding blocks. A tensor of another type (Q8_0, F16 …) is refused with its name."""
+    import gguf
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    load_kernel()
+    path = Path(path)
+    reader = gguf.GGUFReader(str(path))
+    field = reader.fields.get("general.architecture")
+    arch = bytes(field.parts[field.data[0]]).decode() if field is not None else "?"
+    if arch not in KQUANT_ARCHITECTURES:
+        raise SpecboundError(f"{path.name}: architecture {arch!r}; the K-quant target reads {KQUANT_ARCHITECTURES}")
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = {t.name: t for t in reader.tensors}
+    floats, layers = {}, {}
+    for name, t in tensors.items():
+        kind = t.tensor_type.name
+        if kind == "F32":
+            floats[_hf_name(name)] = torch.from_numpy(np.array(t.data, dtype=np.float32).reshape(tuple(reversed(
+                [int(s) for s in t.shape]))).copy())
+        elif kind in KQUANT_KINDS:
+            layers[name] = pack_q4_k(t.data) if kind == "Q4_K" else pack_q6_k(t.data)
+        else:
+            raise SpecboundError(f"{path.name}: tensor {name} is {kind}; the K-quant target reads Q4_K and Q6_K only")
+    for name, packed in layers.items():
+        if name == "token_embd.weight":
+            continue
+        hf = _hf_name(name)[: -len(".weight")]
+        parent, _, attr = hf.rpartition(".")
+        bias = floats.pop(hf + ".bias", None)
+        model.get_submodule(parent).__setattr__(attr, KQuantLinear(packed, bias, portable))
+    embed = KQuantLinear(layers["token_embd.weight"], None, portable)
+    model.model.embed_tokens = KQuantEmbedding(embed)
+    if "output.weight" not in layers:
+        model.lm_head = embed                     # tied: the output layer reads the embedding's blocks
+    model.load_state_dict(floats, strict=False, assign=True)
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise SpecboundError(f"{path.name}: no tensor for {len(missing)} parameters (e.g. {missing[0]})")
+    model.config.tie_word_embeddings = False
+    return model.eval(), tokenizer
+
+
+def fuse_kquant_inputs(model, groups=(("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))) -> int:
+    """Compute K-quant layers that read one input with one kernel call each (their 16-row blocks
+    stacked; layers of different kinds are left apart). Exact: each output row's computation is
+    unchanged. Returns the number of groups fused."""
+    from .int8 import _SharedInputSlice
+
+    count = 0
+    for module in list(model.modules()):
+        for names in groups:
+            layers = [getattr(module, n, None) for n in names]
+            if not all(isinstance(m, KQuantLinear) for m in layers) or len({m.kind for m in layers}) != 1 \
+                    or len({m.in_features for m in layers}) != 1:
+                continue
+            first = layers[0]
+            packed = {"kind": first.kind, "shape": (sum(m.out_features for m in layers), first.in_features)}
+            for name in ("codes", "sc", "mn", "d", "dmin"):
+                parts = [getattr(m, name) for m in layers]
+                packed[name] = None if parts[0].numel() == 0 else torch.cat(parts).numpy()
+            bias = None
+            if any(m.bias is not None for m in layers):
+                bias = torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features) for m in layers])
+            fused = KQuantLinear(packed, bias, bool(first.portable))
+            memo: dict = {}
+            start = 0
+            for name, layer in zip(names, layers):
+                setattr(module, name, _SharedInputSlice(fused, start, start + layer.out_features, memo))
+                start += layer.out_features
+            count += 1
+    return count
+
+
+def quantize_kquant(model) -> nn.Module:
+    """Every ``nn.Linear`` of ``model`` rounded to Q4_K (:func:`quantize_q4_k`) and read by the K-quant
+    kernel, a tied or untied input embedding read from its own Q4_K blocks (in place; returns the
+    model). For tests and small models whose widths are multiples of 256 (inputs) and 16 (outputs)."""
+    for qualified, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, KQuantLinear(quantize_q4_k(child.weight), child.bias))
+    embedding = model.get_input_embeddings()
+    if isinstance(embedding, nn.Embedding):
+        model.set_input_embeddings(KQuantEmbedding(KQuantLinear(quantize_q4_k(embedding.weight))))
+    return model

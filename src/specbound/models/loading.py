@@ -4,12 +4,14 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from ..assets.models import (
     DEFAULT_DRAFT, DEFAULT_TARGET, is_packaged_name, load_hf_model, model_identity, resolve_model,
 )
 from ..errors import SpecboundError
 from .fast import prepack_linears
+from .kquant import fuse_kquant_inputs, load_gguf_kquant
 from .hf import HFModel
 from .static import StaticCacheHFModel, wrap_hf_model
 from .calibration import calibration_batches
@@ -32,6 +34,27 @@ __all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_P
 INT8_OUTLIERS = 16
 #: How the cached int8 weights were made (the int8 cache's recipe: another recipe rebuilds the cache).
 INT8_RECIPE = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_OUTLIERS} outlier channels apart)"
+
+
+def kquant_kernels() -> str:
+    """Kernel name of K-quant targets (part of the cost-cache key and of every report)."""
+    from .kquant import vector_path
+
+    path = "AVX-512 VNNI" if vector_path() else "portable C++"
+    return f"kquant (GGUF Q4_K/Q6_K weights as stored, int8 activations per 32 inputs, {path})"
+
+
+def _kquant_file(name_or_path, progress: bool) -> Path:
+    """The GGUF file a K-quant target reads: a packaged model's, or a ``.gguf`` path."""
+    from ..assets.gguf import gguf_path
+
+    if is_packaged_name(name_or_path):
+        return gguf_path(str(name_or_path), progress=progress)
+    path = Path(name_or_path)
+    if path.suffix != ".gguf" or not path.is_file():
+        raise SpecboundError(f"--target-precision kquant reads a GGUF file (Q4_K/Q6_K tensors): {name_or_path} "
+                             "is neither a packaged model nor a .gguf file")
+    return path
 
 
 def int8_kernels() -> str:
@@ -95,7 +118,7 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     """
     precision = check_precision("int8" if int8 else (precision or "fp32"))
     if compiled:
-        resolve_compile(True, precision)         # the int8 target only: refused before anything loads
+        resolve_compile(True, precision)         # quantised targets only: refused before anything loads
     t0 = time.perf_counter()
     if precision == "int8" and is_packaged_name(name_or_path):
         model, tokenizer = load_int8(_int8_directory(name_or_path, progress))
@@ -103,6 +126,12 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
         if invariant:
             make_batch_invariant(model)
         kernels = int8_kernels()
+    elif precision == "kquant":
+        model, tokenizer = load_gguf_kquant(_kquant_file(name_or_path, progress))
+        fuse_kquant_inputs(model)
+        if invariant:
+            make_batch_invariant(model)
+        kernels = kquant_kernels()
     elif precision == "int8":
         model, tokenizer = load_hf_model(name_or_path, progress=progress)
         quantize_target(model, tokenizer)
@@ -197,8 +226,11 @@ def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True
         target_model, draft_model = load_pair(target, draft, progress, draft_int8=True,
                                               target_precision=target_precision, draft_engine=draft_engine or "torch",
                                               draft_quant=draft_quant, compiled=compiled)
-        paths = {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False, precision=target_precision,
-                                             builder=build_int8))}
+        if target_precision == "kquant":
+            paths = {"target": str(_kquant_file(target or DEFAULT_TARGET, progress=False))}
+        else:
+            paths = {"target": str(resolve_model(target or DEFAULT_TARGET, progress=False, precision=target_precision,
+                                                 builder=build_int8))}
         if resolve_draft_engine(draft_engine or "torch") == "torch":
             paths["draft"] = str(resolve_model(draft or DEFAULT_DRAFT, progress=False, precision="int8",
                                                builder=build_int8))

@@ -1,0 +1,148 @@
+"""A K-quant target (specbound.models.kquant) as speculative decoding's target: a tiny Qwen2 model whose
+linears and embedding are Q4_K blocks read by the K-quant kernel is batch-invariant as a whole model,
+so greedy SD equals its own greedy decoding (HF generate) token for token, SD's output law at T > 0
+is its exact law (χ², with a biased sampler that the same test rejects), the static-cache reads and
+the fused q/k/v, gate/up calls change no bit, and the loader's name mapping and errors are clear."""
+import numpy as np
+import pytest
+import torch
+
+from helpers import chi_square_pvalue, encode, exact_first_two_law, hf_greedy_tokens, perturbed_copy
+from specbound.decoding import SamplingConfig, autoregressive_decode, speculative_decode
+from specbound.errors import SpecboundError
+from specbound.models.hf import HFModel
+from specbound.models.int8 import make_batch_invariant
+from specbound.models.kquant import (
+    KQuantEmbedding, KQuantLinear, _hf_name, dequantize_packed, fuse_kquant_inputs, kernel_available, quantize_kquant,
+    quantize_q4_k,
+)
+from specbound.models.static import StaticCacheHFModel
+from specbound.options import resolve_compile
+
+pytestmark = pytest.mark.skipif(not kernel_available(), reason="the K-quant kernel did not build (no C++ compiler)")
+VOCAB = 48 + 16          # a multiple of 16: the output layer's rows come in blocks of 16
+
+
+def tiny_qwen2(seed: int):
+    """A random Qwen2 whose widths the kernel reads (inputs multiples of 256)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         initializer_range=0.08, tie_word_embeddings=False)
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def kquant_pair():
+    target = tiny_qwen2(0)
+    draft = perturbed_copy(target, 0.3, seed=1)            # the float draft is copied before quantising
+    target = make_batch_invariant(quantize_kquant(target))
+    return target, draft
+
+
+def test_q4_k_rounding_is_close_to_the_float_weight():
+    """Each weight moves by at most half its group's step (plus float32 slack)."""
+    w = torch.randn(32, 512, generator=torch.Generator().manual_seed(0)) * 0.05
+    packed = quantize_q4_k(w)
+    got = dequantize_packed(packed)
+    g = w.numpy().reshape(32, 2, 8, 32)
+    step = (g.max(axis=3) - np.minimum(g.min(axis=3), 0)) / 15
+    bound = np.repeat(step.reshape(32, 16), 32, axis=1) * (0.5 + 2 / 63) + 1e-6   # + the step's own 6-bit rounding
+    assert np.all(np.abs(got - w.numpy()) <= bound)
+
+
+def test_every_linear_and_the_embedding_are_k_quant(kquant_pair):
+    model = kquant_pair[0]
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    assert sum(isinstance(m, KQuantLinear) for m in model.modules()) == 2 * 7 + 1 + 1
+    assert isinstance(model.get_input_embeddings(), KQuantEmbedding)
+
+
+def test_embedding_rows_equal_the_dequantised_blocks(kquant_pair):
+    embedding = kquant_pair[0].get_input_embeddings()
+    full = dequantize_packed({"kind": 4, "shape": (VOCAB, 256), **{
+        n: getattr(embedding.layer, n).numpy() for n in ("codes", "sc", "mn", "d", "dmin")}})
+    ids = torch.tensor([[0, 5, 17, VOCAB - 1, 5]])
+    np.testing.assert_array_equal(embedding(ids)[0].numpy(), full[ids[0].numpy()])
+
+
+def test_whole_model_is_batch_invariant(kquant_pair):
+    model = kquant_pair[0]
+    ids = torch.randint(0, VOCAB, (1, 24), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        full = model(input_ids=ids).logits[0]
+        for n in (1, 2, 7, 24):
+            torch.testing.assert_close(model(input_ids=ids[:, :n]).logits[0, -1], full[n - 1], rtol=0, atol=0)
+
+
+def test_static_cache_and_fused_calls_change_no_bit(kquant_pair):
+    model = kquant_pair[0]
+    ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        reference = model(input_ids=ids).logits
+    static = StaticCacheHFModel(model, name="tiny-kquant")
+    got = torch.cat([static.forward(ids[:, :5]), static.forward(ids[:, 5:6]), static.forward(ids[:, 6:])], dim=1)
+    torch.testing.assert_close(got, reference, rtol=0, atol=0)
+    import copy
+
+    fused = copy.deepcopy(model)
+    assert fuse_kquant_inputs(fused) == 2 * 2
+    with torch.inference_mode():
+        torch.testing.assert_close(fused(input_ids=ids).logits, reference, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kw", [dict(gamma=3), dict(gamma="auto"), dict(tree=6, tree_drafter="dynamic")])
+def test_greedy_sd_of_a_k_quant_target_is_its_own_greedy_decoding(kquant_pair, kw):
+    model, draft_model = kquant_pair
+    target, draft = StaticCacheHFModel(model, name="tiny-kquant"), HFModel(draft_model, name="tiny-draft")
+    accepted = 0
+    for seed in range(3):
+        prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(seed))
+        ref = hf_greedy_tokens(model, prompt, 24)
+        assert autoregressive_decode(target, prompt, 24, temperature=0.0).tokens == ref
+        out = speculative_decode(target, draft, prompt, 24, temperature=0.0, seed=seed, **kw)
+        assert out.tokens == ref
+        accepted += sum(out.metrics.accepted_per_step)
+    if kw.get("gamma") != "auto":          # the cost model may rightly decline to draft on a tiny model
+        assert accepted > 0
+
+
+@pytest.mark.montecarlo
+@pytest.mark.slow
+@pytest.mark.parametrize("config", [SamplingConfig(1.0, top_k=4), SamplingConfig(0.8, top_p=0.8)])
+def test_k_quant_target_law_at_positive_temperature(kquant_pair, config):
+    """χ² of (x1, x2) from SD against the K-quant target's exact law (1500 runs, p > 1e-3); the same
+    test rejects the float draft decoding alone (a sampler whose law is biased away from the target's)."""
+    model, draft_model = kquant_pair
+    target, draft = HFModel(model, name="tiny-kquant"), HFModel(draft_model, name="tiny-draft")
+    prompt = torch.tensor([[3, 17, 5]])
+    law = exact_first_two_law(target, prompt, config, VOCAB)
+    kw = dict(temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
+    runs = 1500
+    sd = np.array([speculative_decode(target, draft, prompt, 2, gamma=2, seed=i, **kw).tokens for i in range(runs)])
+    assert chi_square_pvalue(encode(sd, VOCAB), law) > 1e-3
+    biased = np.array([autoregressive_decode(draft, prompt, 2, seed=i, **kw).tokens for i in range(runs)])
+    assert chi_square_pvalue(encode(biased, VOCAB), law) < 1e-3
+
+
+def test_gguf_names_map_to_the_llama_module_tree():
+    assert _hf_name("blk.3.attn_q.weight") == "model.layers.3.self_attn.q_proj.weight"
+    assert _hf_name("blk.0.ffn_down.weight") == "model.layers.0.mlp.down_proj.weight"
+    assert _hf_name("blk.2.attn_v.bias") == "model.layers.2.self_attn.v_proj.bias"
+    assert _hf_name("blk.1.ffn_norm.weight") == "model.layers.1.post_attention_layernorm.weight"
+    assert _hf_name("token_embd.weight") == "model.embed_tokens.weight"
+    assert _hf_name("output_norm.weight") == "model.norm.weight"
+    with pytest.raises(SpecboundError, match="unexpected GGUF tensor"):
+        _hf_name("blk.0.attn_q_norm.weight")
+
+
+def test_k_quant_target_options_are_checked_before_loading(tmp_path):
+    from specbound.models.loading import load_model
+
+    assert resolve_compile(None, "kquant") is True and resolve_compile(False, "kquant") is False
+    with pytest.raises(SpecboundError, match="neither a packaged model nor a .gguf file"):
+        load_model(str(tmp_path / "missing.gguf"), progress=False, precision="kquant")
+    with pytest.raises(SpecboundError, match="neither a packaged model nor a .gguf file"):
+        load_model(str(tmp_path), progress=False, precision="kquant")
