@@ -146,3 +146,72 @@ def test_k_quant_target_options_are_checked_before_loading(tmp_path):
         load_model(str(tmp_path / "missing.gguf"), progress=False, precision="kquant")
     with pytest.raises(SpecboundError, match="neither a packaged model nor a .gguf file"):
         load_model(str(tmp_path), progress=False, precision="kquant")
+
+
+def _tiny_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def _tiny_parts(seed: int) -> dict:
+    """What a GGUF file gives the K-quant loader (kquant._read_gguf), made from a tiny float model."""
+    model = tiny_qwen2(seed)
+    layers, floats = {}, {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            layers[name] = quantize_q4_k(module.weight)
+            if module.bias is not None:
+                floats[name + ".bias"] = module.bias.detach().clone()
+    layers["model.embed_tokens"] = quantize_q4_k(model.model.embed_tokens.weight)
+    floats.update({n: p.detach().clone() for n, p in model.named_parameters() if n.endswith("norm.weight")})
+    return {"layers": layers, "floats": floats, "config": model.config, "tokenizer": _tiny_tokenizer()}
+
+
+def test_the_kept_copy_reads_back_the_same_target(tmp_path):
+    from specbound.models.kquant import _build, read_kquant_cache, write_kquant_cache
+
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"stands in for the GGUF file")
+    parts = _tiny_parts(2)
+    write_kquant_cache(tmp_path / "copy", source, parts)
+    again = read_kquant_cache(tmp_path / "copy", source)
+    assert again is not None and set(again["layers"]) == set(parts["layers"])
+    ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        torch.testing.assert_close(_build(again, False)(input_ids=ids).logits, _build(parts, False)(input_ids=ids).logits,
+                                   rtol=0, atol=0)
+    assert parts["tokenizer"].get_vocab().items() <= again["tokenizer"].get_vocab().items()
+
+
+def test_a_damaged_or_foreign_copy_is_not_used(tmp_path, capsys):
+    import json
+    import os
+
+    from specbound.models.kquant import read_kquant_cache, write_kquant_cache
+
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"stands in for the GGUF file")
+    parts = _tiny_parts(4)
+    copy_dir = tmp_path / "copy"
+    assert read_kquant_cache(copy_dir, source) is None                      # none yet: silent
+    write_kquant_cache(copy_dir, source, parts)
+    tensors = copy_dir / "kquant.safetensors"
+    data = tensors.read_bytes()
+    tensors.write_bytes(data[: len(data) // 2])                              # a partial write
+    assert read_kquant_cache(copy_dir, source) is None
+    assert "wrong size" in capsys.readouterr().err
+    write_kquant_cache(copy_dir, source, parts)
+    os.utime(source, ns=(1, 1))                                              # the GGUF file changed
+    assert read_kquant_cache(copy_dir, source) is None
+    assert "another GGUF file" in capsys.readouterr().err
+    write_kquant_cache(copy_dir, source, parts)
+    desc = json.loads((copy_dir / "kquant.json").read_text())
+    (copy_dir / "kquant.json").write_text(json.dumps(dict(desc, format="specbound-kquant-v0")))
+    assert read_kquant_cache(copy_dir, source) is None
+    (copy_dir / "kquant.json").write_text("{not json")
+    assert read_kquant_cache(copy_dir, source) is None
+    assert "unreadable" in capsys.readouterr().err

@@ -18,6 +18,7 @@ The kernel is C++ compiled once per machine with the compiler torch uses (``torc
 """
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -299,54 +300,174 @@ def _hf_name(gguf_name: str) -> str:
     raise SpecboundError(f"unexpected GGUF tensor {gguf_name!r}")
 
 
-def load_gguf_kquant(path, portable: bool = False):
-    """``(model, tokenizer)``: the Hugging Face module tree of a qwen2 GGUF file whose linear layers are
-    :class:`KQuantLinear` over the file's own Q4_K / Q6_K blocks (nothing re-quantised; no float copy
-    of the weights is made), its norms and biases float32 from the file, the embedding read from the
-    token-embedding blocks. A tensor of another type (Q8_0, F16 …) is refused with its name."""
+def _read_gguf(path: Path) -> dict:
+    """The parts of a qwen2 GGUF file a K-quant target is built from: packed K-quant layers by Hugging
+    Face module name, float tensors (norms, biases), config and tokenizer (parsed from the file's
+    metadata by transformers)."""
     import gguf
-    from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
-    load_kernel()
-    path = Path(path)
     reader = gguf.GGUFReader(str(path))
     field = reader.fields.get("general.architecture")
     arch = bytes(field.parts[field.data[0]]).decode() if field is not None else "?"
     if arch not in KQUANT_ARCHITECTURES:
         raise SpecboundError(f"{path.name}: architecture {arch!r}; the K-quant target reads {KQUANT_ARCHITECTURES}")
-    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-    with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    tensors = {t.name: t for t in reader.tensors}
     floats, layers = {}, {}
-    for name, t in tensors.items():
+    for t in reader.tensors:
         kind = t.tensor_type.name
         if kind == "F32":
-            floats[_hf_name(name)] = torch.from_numpy(np.array(t.data, dtype=np.float32).reshape(tuple(reversed(
-                [int(s) for s in t.shape]))).copy())
+            shape = tuple(reversed([int(n) for n in t.shape]))
+            floats[_hf_name(t.name)] = torch.from_numpy(np.array(t.data, dtype=np.float32).reshape(shape).copy())
         elif kind in KQUANT_KINDS:
-            layers[name] = pack_q4_k(t.data) if kind == "Q4_K" else pack_q6_k(t.data)
+            layers[_hf_name(t.name)[: -len(".weight")]] = pack_q4_k(t.data) if kind == "Q4_K" else pack_q6_k(t.data)
         else:
-            raise SpecboundError(f"{path.name}: tensor {name} is {kind}; the K-quant target reads Q4_K and Q6_K only")
+            raise SpecboundError(f"{path.name}: tensor {t.name} is {kind}; the K-quant target reads Q4_K and Q6_K only")
+    del reader
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    return {"layers": layers, "floats": floats, "config": config, "tokenizer": tokenizer}
+
+
+def _build(parts: dict, portable: bool):
+    """The Hugging Face module tree of ``parts`` (see :func:`_read_gguf`) with K-quant layers."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(parts["config"], dtype=torch.float32)
+    floats = dict(parts["floats"])
+    layers = parts["layers"]
+    embedding_name = "model.embed_tokens"
     for name, packed in layers.items():
-        if name == "token_embd.weight":
+        if name == embedding_name:
             continue
-        hf = _hf_name(name)[: -len(".weight")]
-        parent, _, attr = hf.rpartition(".")
-        bias = floats.pop(hf + ".bias", None)
-        model.get_submodule(parent).__setattr__(attr, KQuantLinear(packed, bias, portable))
-    embed = KQuantLinear(layers["token_embd.weight"], None, portable)
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, KQuantLinear(packed, floats.pop(name + ".bias", None), portable))
+    if embedding_name not in layers:
+        raise SpecboundError("the GGUF file has no K-quant token embedding (token_embd)")
+    embed = KQuantLinear(layers[embedding_name], None, portable)
     model.model.embed_tokens = KQuantEmbedding(embed)
-    if "output.weight" not in layers:
+    if "lm_head" not in layers:
         model.lm_head = embed                     # tied: the output layer reads the embedding's blocks
     model.load_state_dict(floats, strict=False, assign=True)
     missing = [n for n, p in model.named_parameters() if p.is_meta]
     if missing:
-        raise SpecboundError(f"{path.name}: no tensor for {len(missing)} parameters (e.g. {missing[0]})")
+        raise SpecboundError(f"no tensor for {len(missing)} parameters (e.g. {missing[0]})")
     model.config.tie_word_embeddings = False
-    return model.eval(), tokenizer
+    return model.eval()
+
+
+def load_gguf_kquant(path, portable: bool = False, cache_dir=None):
+    """``(model, tokenizer)``: the Hugging Face module tree of a qwen2 GGUF file whose linear layers are
+    :class:`KQuantLinear` over the file's own Q4_K / Q6_K blocks (nothing re-quantised; no float copy
+    of the weights is made), its norms and biases float32 from the file, the embedding read from the
+    token-embedding blocks. A tensor of another type (Q8_0, F16 …) is refused with its name.
+
+    With ``cache_dir``, the unpacked tensors, config and tokenizer are kept there (written once,
+    ~1.3 GB): a later load reads them back in seconds instead of parsing the GGUF file (~30 s). The
+    copy records the source file's size and modification time and its own file sizes; a copy that
+    does not match is rebuilt (:func:`read_kquant_cache`)."""
+    load_kernel()
+    path = Path(path)
+    if cache_dir is not None:
+        parts = read_kquant_cache(Path(cache_dir), path)
+        if parts is None:
+            parts = _read_gguf(path)
+            write_kquant_cache(Path(cache_dir), path, parts)
+    else:
+        parts = _read_gguf(path)
+    return _build(parts, portable), parts["tokenizer"]
+
+
+# ------------------------------------------------------------------ the on-disk copy
+KQUANT_FORMAT = "specbound-kquant-v1"
+_PACKED_FIELDS = ("codes", "sc", "mn", "d", "dmin")
+
+
+def _source_stamp(path: Path) -> dict:
+    st = path.stat()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def write_kquant_cache(directory: Path, source: Path, parts: dict) -> None:
+    """Write ``parts`` into ``directory`` (replaced whole: written next to it, then renamed)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    tmp = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tensors, layers = {}, {}
+    for name, packed in parts["layers"].items():
+        layers[name] = {"kind": int(packed["kind"]), "shape": list(packed["shape"])}
+        for field in _PACKED_FIELDS:
+            if packed.get(field) is not None:
+                tensors[f"{name}.{field}"] = torch.as_tensor(np.ascontiguousarray(packed[field]))
+    for name, value in parts["floats"].items():
+        tensors[name] = value.contiguous()
+    save_file(tensors, str(tmp / "kquant.safetensors"), metadata={"format": KQUANT_FORMAT})
+    parts["config"].save_pretrained(str(tmp))
+    parts["tokenizer"].save_pretrained(str(tmp))
+    files = {f.name: f.stat().st_size for f in tmp.iterdir() if f.is_file()}
+    (tmp / "kquant.json").write_text(json.dumps({"format": KQUANT_FORMAT, "source": _source_stamp(source),
+                                                 "layers": layers, "floats": sorted(parts["floats"]),
+                                                 "files": files}, indent=1), encoding="utf-8")
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.rename(directory)
+
+
+def read_kquant_cache(directory: Path, source: Path) -> dict | None:
+    """The parts kept in ``directory`` for ``source``, or None (with a note on stderr saying why) when
+    there is no usable copy: missing, another format, made from another file, or a file of the wrong
+    size (a partial write). The caller then rebuilds it."""
+    import sys
+
+    directory = Path(directory)
+    if not (directory / "kquant.json").is_file():
+        return None
+    try:
+        desc = json.loads((directory / "kquant.json").read_text(encoding="utf-8"))
+        problem = None
+        if desc.get("format") != KQUANT_FORMAT:
+            problem = f"format {desc.get('format')!r}"
+        elif desc.get("source") != _source_stamp(Path(source)):
+            problem = "made from another GGUF file (size or modification time differ)"
+        else:
+            for name, size in desc["files"].items():
+                if not (directory / name).is_file() or (directory / name).stat().st_size != size:
+                    problem = f"{name} is missing or has the wrong size"
+                    break
+        if problem is None:
+            return _read_parts(directory, desc)
+    except (OSError, ValueError, KeyError, TypeError, SpecboundError) as exc:
+        problem = f"unreadable ({type(exc).__name__}: {exc})"
+    print(f"{directory}: the K-quant copy is not usable ({problem}); rebuilding it from {Path(source).name}",
+          file=sys.stderr)
+    return None
+
+
+def _read_parts(directory: Path, desc: dict) -> dict:
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoTokenizer
+
+    layers, floats = {}, {}
+    with safe_open(str(directory / "kquant.safetensors"), framework="pt") as f:
+        names = set(f.keys())
+        for name, layer in desc["layers"].items():
+            packed = {"kind": int(layer["kind"]), "shape": tuple(layer["shape"])}
+            for field in _PACKED_FIELDS:
+                key = f"{name}.{field}"
+                packed[field] = f.get_tensor(key).numpy() if key in names else None
+            if packed["codes"] is None or packed["sc"] is None or packed["d"] is None:
+                raise SpecboundError(f"{name} lacks its codes or scales")
+            layers[name] = packed
+        for name in desc["floats"]:
+            floats[name] = f.get_tensor(name)
+    config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    return {"layers": layers, "floats": floats, "config": config, "tokenizer": tokenizer}
 
 
 def fuse_kquant_inputs(model, groups=(("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))) -> int:

@@ -57,6 +57,18 @@ def _kquant_file(name_or_path, progress: bool) -> Path:
     return path
 
 
+def _kquant_cache_dir(name_or_path, source: Path) -> Path:
+    """Where the unpacked K-quant copy of a GGUF file is kept: ``<cache>/models/<name>@kquant`` for a
+    packaged model, ``<cache>/kquant/<hash of the file's path>`` for another file."""
+    import hashlib
+
+    from ..assets.cache import cache_root
+
+    if is_packaged_name(name_or_path):
+        return cache_root() / "models" / f"{name_or_path}@kquant"
+    return cache_root() / "kquant" / hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
+
+
 def int8_kernels() -> str:
     """Kernel name of int8 models at run time (part of the cost-cache key and of every report): the
     recipe's weights, the outlier channels' products exact in float32
@@ -127,7 +139,8 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
             make_batch_invariant(model)
         kernels = int8_kernels()
     elif precision == "kquant":
-        model, tokenizer = load_gguf_kquant(_kquant_file(name_or_path, progress))
+        source = _kquant_file(name_or_path, progress)
+        model, tokenizer = load_gguf_kquant(source, cache_dir=_kquant_cache_dir(name_or_path, source))
         fuse_kquant_inputs(model)
         if invariant:
             make_batch_invariant(model)
