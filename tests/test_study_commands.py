@@ -10,7 +10,7 @@ from specbound.cli import main
 from specbound.experiments import batched, bench
 from specbound.models.hf import HFModel
 from specbound.models.int8 import quantize_int8
-from specbound.options import resolve_target_precision
+from specbound.models.loading import resolve_target_precision
 from specbound.seeds import derive_seed
 
 

@@ -5,7 +5,7 @@ from .errors import SpecboundError
 
 __all__ = ["DEFAULT_DRAFT_ENGINE", "DEFAULT_DRAFT_QUANT", "DEFAULT_TARGET_PRECISION", "DRAFT_ENGINES", "DRAFT_QUANTS",
            "COMPILED_PRECISIONS", "FALLBACK_TARGET_PRECISION", "TARGET_PRECISIONS", "check_draft_engine", "check_draft_quant",
-           "check_precision", "resolve_compile", "resolve_draft_engine", "resolve_target_precision"]
+           "check_precision", "resolve_compile", "resolve_draft_engine"]
 
 #: What ``--target-precision`` accepts: the fp32 model (oneDNN-prepacked), its int8 quantisation
 #: (:mod:`specbound.models.int8`), or "kquant": the GGUF file's own Q4_K/Q6_K weights on specbound's
@@ -42,29 +42,6 @@ def _one_of(value: str, choices: tuple[str, ...], what: str) -> str:
 def check_precision(precision: str) -> str:
     """A model's precision (a target's, or a packaged model's cache): one of :data:`TARGET_PRECISIONS`."""
     return _one_of(precision, TARGET_PRECISIONS, "precision")
-
-
-def resolve_target_precision(precision: str | None, target: str | None = None, warn=None) -> str:
-    """``--target-precision`` as given, or (None) the default: "kquant" when the target is a GGUF file
-    (a packaged name or a ``.gguf`` path) and the K-quant kernel builds here, else "int8" — then
-    ``warn`` (a callable taking a message) is told why, so a report never names a target it did not run."""
-    if precision is not None:
-        return check_precision(precision)
-    if target is not None and not str(target).endswith(".gguf"):
-        from .assets.models import is_packaged_name
-
-        if not is_packaged_name(target):
-            return FALLBACK_TARGET_PRECISION
-    from .models.kquant import kernel_available, load_kernel
-
-    if kernel_available():
-        return DEFAULT_TARGET_PRECISION
-    if warn is not None:
-        try:
-            load_kernel()
-        except SpecboundError as exc:
-            warn(f"{exc}; the target is the int8 one instead (--target-precision int8)")
-    return FALLBACK_TARGET_PRECISION
 
 
 def check_draft_engine(engine: str) -> str:

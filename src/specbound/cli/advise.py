@@ -61,10 +61,11 @@ def run(args) -> int:
     at_least(args, 0, "offset", "check_prompts", "threads")
     modes = name_list(args.modes, MODES, "--modes")
     from ..errors import SpecboundError
-    from ..options import resolve_compile, resolve_target_precision
+    from ..models.loading import resolve_target_precision
+    from ..options import resolve_compile
 
     if args.compile and args.engine != "torch":
-        raise SpecboundError("--compile reads the torch int8 target through torch.compile: use --engine torch")
+        raise SpecboundError("--compile reads the torch target through torch.compile: use --engine torch")
     if args.engine == "torch":
         args.target_precision = resolve_target_precision(args.target_precision, args.target,
                                                          warn=lambda m: print(m, file=sys.stderr))

@@ -72,11 +72,11 @@ def add_draft_quant(p) -> None:
 
 
 def add_compile(p) -> None:
-    """``--compile`` / ``--no-compile``: the torch int8 target's reads through torch.compile
-    (``specbound.options.resolve_compile``: on for the int8 target unless ``--no-compile``)."""
+    """``--compile`` / ``--no-compile``: a quantised torch target's reads through torch.compile
+    (``specbound.options.resolve_compile``: on for the kquant and int8 targets unless ``--no-compile``)."""
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="read the int8 target through torch.compile (inductor; the default for the int8 target): "
-                        "the same logits bit for bit, ~10%% less time per pass here; a process compiles at load "
+                   help="read the quantised target (kquant, int8) through torch.compile (inductor; their default): "
+                        "the same logits bit for bit, less time per pass here; a process compiles at load "
                         "(a few seconds, ~30 s the first time on a machine); --no-compile reads it eagerly")
 
 

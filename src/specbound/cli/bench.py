@@ -69,7 +69,8 @@ def run(args) -> int:
     at_least(args, 0, "offset", "threads", "seed")
     modes = name_list(args.modes, MODES, "--modes")
     methods = name_list(args.methods, BENCH_METHODS, "--methods")
-    from ..options import COMPILED_PRECISIONS, resolve_target_precision
+    from ..models.loading import resolve_target_precision
+    from ..options import COMPILED_PRECISIONS
 
     args.target_precision = resolve_target_precision(args.target_precision, args.target,
                                                      warn=lambda m: print(m, file=sys.stderr))

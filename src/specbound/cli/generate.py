@@ -172,8 +172,8 @@ def draft_spec_from_args(args):
 def run(args) -> int:
     from ..assets.prompts import format_prompt
     from ..decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
-    from ..models.loading import load_pair
-    from ..options import resolve_compile, resolve_draft_engine, resolve_target_precision
+    from ..models.loading import load_pair, resolve_target_precision
+    from ..options import resolve_compile, resolve_draft_engine
     from ..models.tokens import stop_token_ids
     from ..runtime import configure_threads
 

@@ -448,23 +448,46 @@ def read_kquant_cache(directory: Path, source: Path) -> dict | None:
     return None
 
 
+_SAFETENSORS_DTYPES = {"U8": np.uint8, "I8": np.int8, "F32": np.float32}
+
+
+def _mapped_arrays(path: Path) -> dict:
+    """The tensors of a safetensors file as copy-on-write memory maps of the file (nothing is copied: the
+    weights stay page-cache pages, so a process holds them once, not a mapped and a read copy)."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    base = 8 + size
+    arrays = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _SAFETENSORS_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise SpecboundError(f"{path.name}: tensor {name} has dtype {entry['dtype']}")
+        start, stop = entry["data_offsets"]
+        shape = tuple(entry["shape"])
+        if stop - start != int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize:
+            raise SpecboundError(f"{path.name}: tensor {name} has {stop - start} bytes for shape {shape}")
+        arrays[name] = np.memmap(path, dtype=dtype, mode="c", offset=base + start, shape=shape) if stop > start \
+            else np.zeros(shape, dtype=dtype)
+    return arrays
+
+
 def _read_parts(directory: Path, desc: dict) -> dict:
-    from safetensors import safe_open
     from transformers import AutoConfig, AutoTokenizer
 
     layers, floats = {}, {}
-    with safe_open(str(directory / "kquant.safetensors"), framework="pt") as f:
-        names = set(f.keys())
-        for name, layer in desc["layers"].items():
-            packed = {"kind": int(layer["kind"]), "shape": tuple(layer["shape"])}
-            for field in _PACKED_FIELDS:
-                key = f"{name}.{field}"
-                packed[field] = f.get_tensor(key).numpy() if key in names else None
-            if packed["codes"] is None or packed["sc"] is None or packed["d"] is None:
-                raise SpecboundError(f"{name} lacks its codes or scales")
-            layers[name] = packed
-        for name in desc["floats"]:
-            floats[name] = f.get_tensor(name)
+    arrays = _mapped_arrays(directory / "kquant.safetensors")
+    for name, layer in desc["layers"].items():
+        packed = {"kind": int(layer["kind"]), "shape": tuple(layer["shape"])}
+        for field in _PACKED_FIELDS:
+            packed[field] = arrays.get(f"{name}.{field}")
+        if packed["codes"] is None or packed["sc"] is None or packed["d"] is None:
+            raise SpecboundError(f"{name} lacks its codes or scales")
+        layers[name] = packed
+    for name in desc["floats"]:
+        floats[name] = torch.from_numpy(arrays[name])
     config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     return {"layers": layers, "floats": floats, "config": config, "tokenizer": tokenizer}

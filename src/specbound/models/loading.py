@@ -11,7 +11,7 @@ from ..assets.models import (
 )
 from ..errors import SpecboundError
 from .fast import prepack_linears
-from .kquant import fuse_kquant_inputs, load_gguf_kquant
+from .kquant import fuse_kquant_inputs, kernel_available, load_gguf_kquant, load_kernel
 from .hf import HFModel
 from .static import StaticCacheHFModel, wrap_hf_model
 from .calibration import calibration_batches
@@ -21,11 +21,12 @@ from .int8 import (
     save_int8,
 )
 from ..options import (
-    DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, TARGET_PRECISIONS, check_draft_engine,
+    DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_PRECISION, DRAFT_ENGINES, FALLBACK_TARGET_PRECISION, TARGET_PRECISIONS,
+    check_draft_engine,
     check_draft_quant, check_precision, resolve_compile, resolve_draft_engine,
 )
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_RECIPE", "TARGET_PRECISIONS", "build_int8", "int8_kernels",
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_RECIPE", "TARGET_PRECISIONS", "build_int8", "int8_kernels", "kquant_kernels", "resolve_target_precision",
            "check_draft_engine", "check_precision", "check_same_tokenizer", "load_engine_pair", "load_gguf_model",
            "load_model", "load_pair"]
 
@@ -42,6 +43,24 @@ def kquant_kernels() -> str:
 
     path = "AVX-512 VNNI" if vector_path() else "portable C++"
     return f"kquant (GGUF Q4_K/Q6_K weights as stored, int8 activations per 32 inputs, {path})"
+
+
+def resolve_target_precision(precision: str | None, target: str | None = None, warn=None) -> str:
+    """``--target-precision`` as given, or (None) the default: "kquant" when the target is a GGUF file
+    (a packaged name or a ``.gguf`` path) and the K-quant kernel builds here, else "int8" — then
+    ``warn`` (a callable taking a message) is told why, so a report never names a target it did not run."""
+    if precision is not None:
+        return check_precision(precision)
+    if target is not None and not str(target).endswith(".gguf") and not is_packaged_name(target):
+        return FALLBACK_TARGET_PRECISION
+    if kernel_available():
+        return DEFAULT_TARGET_PRECISION
+    if warn is not None:
+        try:
+            load_kernel()
+        except SpecboundError as exc:
+            warn(f"{exc}; the target is the int8 one instead (--target-precision int8)")
+    return FALLBACK_TARGET_PRECISION
 
 
 def _kquant_file(name_or_path, progress: bool) -> Path:
