@@ -383,14 +383,20 @@ def fuse_shared_inputs(model: nn.Module, groups=(("q_proj", "k_proj", "v_proj"),
                 fused = _concat_rows(layers)
             except SpecboundError:
                 continue
-            memo: dict = {}
-            start = 0
-            for name, layer in zip(names, layers):
-                setattr(module, name, _SharedInputSlice(fused, start, start + layer.out_features, memo))
-                start += layer.out_features
+            share_input(module, names, layers, fused)
             count += 1
     trim_heap()
     return count
+
+
+def share_input(module: nn.Module, names, layers, fused: nn.Module) -> None:
+    """Replace ``module``'s layers ``names`` (the modules ``layers``, which read one input) by slices of
+    ``fused``, one layer whose output rows are theirs stacked in that order."""
+    memo: dict = {}
+    start = 0
+    for name, layer in zip(names, layers):
+        setattr(module, name, _SharedInputSlice(fused, start, start + layer.out_features, memo))
+        start += layer.out_features
 
 
 # ----------------------------------------------------------------- batch invariance of the float parts

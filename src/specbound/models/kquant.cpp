@@ -28,7 +28,6 @@
 #include <immintrin.h>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -82,17 +81,11 @@ Activations quantize_rows(const float* x, int64_t k, int64_t c) {
   return a;
 }
 
-inline int32_t load4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // ------------------------------------------------------------------ portable path (the definition)
 void block_q4_portable(const uint8_t* codes, const uint8_t* sc, const uint8_t* mn, const float* d,
                        const float* dmin, const Activations& a, int64_t row0, int64_t nrows, int64_t c,
                        float* y, int64_t ystride) {
-  const int64_t groups = c / 32, supers = c / kSuper;
+  const int64_t supers = c / kSuper;
   for (int64_t i = row0; i < row0 + nrows; ++i) {
     for (int r = 0; r < kLanes; ++r) {
       float out = 0.0f;

@@ -497,7 +497,7 @@ def fuse_kquant_inputs(model, groups=(("q_proj", "k_proj", "v_proj"), ("gate_pro
     """Compute K-quant layers that read one input with one kernel call each (their 16-row blocks
     stacked; layers of different kinds are left apart). Exact: each output row's computation is
     unchanged. Returns the number of groups fused."""
-    from .int8 import _SharedInputSlice
+    from .int8 import share_input
 
     count = 0
     for module in list(model.modules()):
@@ -514,12 +514,7 @@ def fuse_kquant_inputs(model, groups=(("q_proj", "k_proj", "v_proj"), ("gate_pro
             bias = None
             if any(m.bias is not None for m in layers):
                 bias = torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features) for m in layers])
-            fused = KQuantLinear(packed, bias, bool(first.portable))
-            memo: dict = {}
-            start = 0
-            for name, layer in zip(names, layers):
-                setattr(module, name, _SharedInputSlice(fused, start, start + layer.out_features, memo))
-                start += layer.out_features
+            share_input(module, names, layers, KQuantLinear(packed, bias, bool(first.portable)))
             count += 1
     return count
 
