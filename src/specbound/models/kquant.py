@@ -30,7 +30,8 @@ from ..errors import SpecboundError
 
 __all__ = ["KQUANT_ARCHITECTURES", "KQUANT_KINDS", "KQuantEmbedding", "KQuantLinear", "dequantize_packed",
            "fuse_kquant_inputs", "kernel_available", "load_gguf_kquant", "load_kernel", "pack_q4_k", "pack_q4_values",
-           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "vector_path"]
+           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "read_kquant_cache", "vector_path",
+           "write_kquant_cache"]
 
 #: GGUF tensor types this kernel reads, by name: the kernel's ``kind``.
 KQUANT_KINDS = {"Q4_K": 4, "Q6_K": 6}
