@@ -62,15 +62,15 @@ def run(args) -> int:
     modes = name_list(args.modes, MODES, "--modes")
     from ..errors import SpecboundError
     from ..models.loading import resolve_target_precision
-    from ..options import resolve_compile
+    from ..options import FALLBACK_TARGET_PRECISION, resolve_compile
 
     if args.compile and args.engine != "torch":
         raise SpecboundError("--compile reads the torch target through torch.compile: use --engine torch")
     if args.engine == "torch":
         args.target_precision = resolve_target_precision(args.target_precision, args.target,
                                                          warn=lambda m: print(m, file=sys.stderr))
-    elif args.target_precision is None:
-        args.target_precision = "int8"        # not used by --engine llamacpp (the GGUF files are read directly)
+    elif args.target_precision is None:       # not used by --engine llamacpp (the GGUF files are read directly)
+        args.target_precision = FALLBACK_TARGET_PRECISION
     args.compile = resolve_compile(args.compile, args.target_precision) if args.engine == "torch" else False
     batches = ()
     if args.batch is not None:

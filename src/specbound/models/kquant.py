@@ -28,7 +28,7 @@ from torch import nn
 
 from ..errors import SpecboundError
 
-__all__ = ["KQUANT_ARCHITECTURES", "KQUANT_KINDS", "KQuantEmbedding", "KQuantLinear", "dequantize_packed",
+__all__ = ["KQUANT_ARCHITECTURES", "KQUANT_KINDS", "KQuantEmbedding", "KQuantLinear", "dequantize_packed", "dequantize_rows",
            "fuse_kquant_inputs", "kernel_available", "load_gguf_kquant", "load_kernel", "pack_q4_k", "pack_q4_values",
            "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "read_kquant_cache", "vector_path",
            "write_kquant_cache"]
@@ -184,27 +184,30 @@ def pack_q6_k(raw: np.ndarray) -> dict:
             "d": _lanes(d), "dmin": None, "shape": (rows, cols)}
 
 
-def _unlane(a: np.ndarray) -> np.ndarray:
-    blocks, g, _ = a.shape
-    return a.transpose(0, 2, 1).reshape(blocks * LANES, g)
+def dequantize_rows(kind: int, cols: int, codes, sc, mn, d, dmin, rows: torch.Tensor) -> torch.Tensor:
+    """The float32 weight rows ``rows`` [n] -> [n, cols] of packed K-quant tensors, computed as GGUF's
+    own dequantisation does (``d·sc`` then ``·q − dmin·m``, float32), so they equal the file's
+    dequantised rows bit for bit (tested). Serves :func:`dequantize_packed` and :class:`KQuantEmbedding`."""
+    block, lane, n = rows // LANES, rows % LANES, rows.numel()
+    pick = torch.arange(n)
+    if kind == 4:
+        c = codes[block].view(n, cols // 32, 4, LANES, 4)[pick, :, :, lane]                 # [n, g, chunk, j]
+        q = torch.stack([c & 0x0F, c >> 4], dim=3).reshape(n, cols).float()               # (g, chunk, half, j)
+        scale = d[block, :, lane].repeat_interleave(8, 1) * sc[block, :, lane].float()
+        low = dmin[block, :, lane].repeat_interleave(8, 1) * mn[block, :, lane].float()
+        return scale.repeat_interleave(32, 1) * q - low.repeat_interleave(32, 1)
+    c = codes[block].view(n, cols // 16, 4, LANES, 4)[pick, :, :, lane]
+    q = (c.reshape(n, cols).to(torch.int16) - 32).float()
+    scale = d[block, :, lane].repeat_interleave(16, 1) * sc[block, :, lane].view(torch.int8).float()
+    return scale.repeat_interleave(16, 1) * q
 
 
 def dequantize_packed(packed: dict) -> np.ndarray:
-    """The float32 weight [R, C] the packed tensors hold, computed as GGUF's own dequantisation does
-    (``d·sc`` then ``·q − dmin·m``, float32): equal to the file's dequantised weight bit for bit (tested)."""
+    """The float32 weight [R, C] the packed tensors hold (:func:`dequantize_rows` of every row)."""
     rows, cols = packed["shape"]
-    codes = packed["codes"]
-    if packed["kind"] == 4:
-        c = codes.reshape(rows // LANES, cols // 32, 4, LANES, 4)        # (b, g, chunk, r, j)
-        q = np.stack([c & 0x0F, c >> 4], axis=3)                         # (b, g, chunk, half, r, j)
-        q = q.transpose(0, 4, 1, 2, 3, 5).reshape(rows, cols).astype(np.float32)
-        d = np.repeat(_unlane(packed["d"]), 8, axis=1) * _unlane(packed["sc"]).astype(np.float32)
-        dm = np.repeat(_unlane(packed["dmin"]), 8, axis=1) * _unlane(packed["mn"]).astype(np.float32)
-        return (np.repeat(d, 32, axis=1) * q - np.repeat(dm, 32, axis=1)).astype(np.float32)
-    c = codes.reshape(rows // LANES, cols // 16, 4, LANES, 4)
-    q = c.transpose(0, 3, 1, 2, 4).reshape(rows, cols).astype(np.int16) - 32
-    d = np.repeat(_unlane(packed["d"]), 16, axis=1) * _unlane(packed["sc"]).astype(np.float32)
-    return (np.repeat(d, 16, axis=1) * q.astype(np.float32)).astype(np.float32)
+    tensors = [None if packed.get(n) is None else torch.from_numpy(np.ascontiguousarray(packed[n]))
+               for n in ("codes", "sc", "mn", "d", "dmin")]
+    return dequantize_rows(int(packed["kind"]), cols, *tensors, torch.arange(rows)).numpy()
 
 
 # ------------------------------------------------------------------ the layer
@@ -263,21 +266,10 @@ class KQuantEmbedding(nn.Module):
         return self.layer.d[:1, 0, :1]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        layer, flat = self.layer, ids.reshape(-1).long()
-        block, lane = flat // LANES, flat % LANES
-        cols, n = layer.in_features, flat.numel()
-        if layer.kind == 4:
-            codes = layer.codes[block].view(n, cols // 32, 4, LANES, 4)[torch.arange(n), :, :, lane]   # [n, g, chunk, j]
-            q = torch.stack([codes & 0x0F, codes >> 4], dim=3).reshape(n, cols).float()          # (g, chunk, half, j)
-            d = layer.d[block, :, lane].repeat_interleave(8, 1) * layer.sc[block, :, lane].float()
-            dm = layer.dmin[block, :, lane].repeat_interleave(8, 1) * layer.mn[block, :, lane].float()
-            w = d.repeat_interleave(32, 1) * q - dm.repeat_interleave(32, 1)
-        else:
-            codes = layer.codes[block].view(n, cols // 16, 4, LANES, 4)[torch.arange(n), :, :, lane]
-            q = (codes.reshape(n, cols).to(torch.int16) - 32).float()
-            d = layer.d[block, :, lane].repeat_interleave(16, 1) * layer.sc[block, :, lane].view(torch.int8).float()
-            w = d.repeat_interleave(16, 1) * q
-        return w.reshape(*ids.shape, cols)
+        layer = self.layer
+        w = dequantize_rows(layer.kind, layer.in_features, layer.codes, layer.sc, layer.mn, layer.d, layer.dmin,
+                            ids.reshape(-1).long())
+        return w.reshape(*ids.shape, layer.in_features)
 
 
 #: GGUF tensor names of a Llama-form decoder (qwen2, llama) -> Hugging Face module paths.

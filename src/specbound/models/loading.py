@@ -11,7 +11,7 @@ from ..assets.models import (
 )
 from ..errors import SpecboundError
 from .fast import prepack_linears
-from .kquant import fuse_kquant_inputs, kernel_available, load_gguf_kquant, load_kernel
+from .kquant import fuse_kquant_inputs, load_gguf_kquant, load_kernel
 from .hf import HFModel
 from .static import StaticCacheHFModel, wrap_hf_model
 from .calibration import calibration_batches
@@ -53,14 +53,13 @@ def resolve_target_precision(precision: str | None, target: str | None = None, w
         return check_precision(precision)
     if target is not None and not str(target).endswith(".gguf") and not is_packaged_name(target):
         return FALLBACK_TARGET_PRECISION
-    if kernel_available():
-        return DEFAULT_TARGET_PRECISION
-    if warn is not None:
-        try:
-            load_kernel()
-        except SpecboundError as exc:
+    try:
+        load_kernel()
+    except SpecboundError as exc:
+        if warn is not None:
             warn(f"{exc}; the target is the int8 one instead (--target-precision int8)")
-    return FALLBACK_TARGET_PRECISION
+        return FALLBACK_TARGET_PRECISION
+    return DEFAULT_TARGET_PRECISION
 
 
 def _kquant_file(name_or_path, progress: bool) -> Path:
