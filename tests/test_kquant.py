@@ -110,6 +110,15 @@ def test_vector_path_equals_portable_path_bitwise(kind):
         pytest.skip("this CPU has no AVX-512 VNNI: only the portable path runs")
     p = packed(kind, rows=64, cols=1024, seed=8)
     x = torch.randn(9, 1024, generator=torch.Generator().manual_seed(9)) * 3
+    # the activation rounding has a vector and a portable form too: rows with exact ties (v * 127 / amax
+    # = n + 0.5 rounds to even), an all-zero 32-input block, a negative extreme and a large outlier
+    ties = torch.zeros(4, 1024)
+    ties[0, :32] = torch.arange(32) - 15.5
+    ties[0, 31] = 127.0                          # amax 127: v * inv = v, so the .5 values are ties
+    ties[1, 64:96] = -1.0
+    ties[2] = torch.linspace(-4, 4, 1024)
+    ties[3, ::7] = 1e4
+    x = torch.cat([x, ties])
     torch.testing.assert_close(KQuantLinear(p)(x), KQuantLinear(p, portable=True)(x), rtol=0, atol=0)
 
 
