@@ -1,4 +1,4 @@
-"""Where a forward's time goes: t(k) of the int8 target and draft (median of repeats, spread), the
+"""Where a forward's time goes: t(k) of the kquant (default) and int8 targets and the draft (median of repeats, spread), the
 time the weights take to stream, and a per-operator profile (int8 GEMMs, attention, norms, rotary,
 mask building, cache updates, the rest = Python and small ops).
 
@@ -22,7 +22,8 @@ from specbound.models.static import StaticCacheHFModel
 from specbound.runtime import configure_threads
 
 KS = (1, 2, 4, 8, 16, 32)
-BUCKETS = (("int8 GEMM (fbgemm)", ("quantized::linear_dynamic",)),
+BUCKETS = (("K-quant GEMM (kquant.cpp)", ("specbound_kq::gemm",)),
+           ("int8 GEMM (fbgemm)", ("quantized::linear_dynamic",)),
            ("fp32 GEMM", ("aten::addmm", "aten::mm", "aten::linear", "mkldnn")),
            ("attention", ("scaled_dot_product", "aten::_softmax", "aten::bmm", "aten::baddbmm")),
            ("norms", ("aten::rsqrt", "aten::pow", "aten::mean")),
@@ -120,13 +121,16 @@ def main(argv=None) -> int:
             b.copy_(a)
             seconds.append(time.perf_counter() - t0)
         args.bandwidth_gbs = 2 * a.numel() * 4 / min(seconds) / 1e9          # bytes read + written
-    models = {"target int8": load_model(DEFAULT_TARGET, progress=False, precision="int8"),
+    models = {"target kquant": load_model(DEFAULT_TARGET, progress=False, precision="kquant"),
+              "target int8": load_model(DEFAULT_TARGET, progress=False, precision="int8"),
               "draft int8": load_model(DEFAULT_DRAFT, progress=False, precision="int8")}
-    # the same int8 target read through torch.compile (its own cache; the same logits bit for bit)
-    if isinstance(models["target int8"], StaticCacheHFModel):
-        compiled = models["target int8"].fork()
-        compiled.compiled = True
-        models["target int8, torch.compile"] = compiled
+    # the same targets read through torch.compile (their own caches; the same logits bit for bit)
+    for name in ("target kquant", "target int8"):
+        if isinstance(models[name], StaticCacheHFModel):
+            compiled = models[name].fork()
+            compiled.compiled = True
+            compiled.compile_now()
+            models[f"{name}, torch.compile"] = compiled
     # the same int8 modules through the model's own forward over a DynamicCache (no static cache)
     for name in ("target int8", "draft int8"):
         if isinstance(models[name], StaticCacheHFModel):
@@ -153,9 +157,9 @@ def main(argv=None) -> int:
     lines = [f"# Forward costs and where they go ({time.strftime('%Y-%m-%d')}, {report['threads']} threads)", "",
              f"`python benchmarks/profile_forward.py --repeats {args.repeats}`; copy bandwidth "
              f"{args.bandwidth_gbs:.1f} GB/s. t(k): median of {args.repeats} reads of k tokens after a 96-token cached "
-             "prefix, (max − min)/median in brackets; torch models' repeats interleaved. The int8 rows read through "
+             "prefix, (max − min)/median in brackets; torch models' repeats interleaved. The kquant and int8 rows read through "
              "specbound's static KV cache (models/static.py); the row marked \"torch.compile\" reads the same modules "
-             "through the compiled layer step (`--compile`; compiled before timing); the rows marked \"HF forward, "
+             "through the compiled layer step (`--compile`, the default for these targets; compiled before timing); the rows marked \"HF forward, "
              "DynamicCache\" are the same int8 modules through the model's own forward.", "",
              "| model | " + " | ".join(f"t({k}) ms" for k in KS) + " | t(8)/t(1) | weights streamed in |", "|---|" + "---:|" * (len(KS) + 2)]
     for name, e in report["models"].items():
