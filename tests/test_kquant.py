@@ -81,8 +81,9 @@ def test_the_reference_check_fails_on_a_wrong_code_order(kind):
     (a plausible packing bug) fall far outside its bound."""
     p = packed(kind, rows=32, cols=512, seed=4)
     w = dequantize_packed(p).astype(np.float64)
-    wrong = dict(p, codes=np.ascontiguousarray(p["codes"].reshape(*p["codes"].shape[:2], 4, 16, 4)[..., ::-1]
-                                               .reshape(p["codes"].shape)))
+    codes = p["codes"]                      # [blocks, groups, parts of 64 bytes] (Q4_K 4 parts, Q6_K 3)
+    wrong = dict(p, codes=np.ascontiguousarray(codes.reshape(*codes.shape[:2], -1, 16, 4)[..., ::-1]
+                                               .reshape(codes.shape)))
     x = np.random.default_rng(5).standard_normal((3, 512)).astype(np.float32)
     xr, _ = rounded_activations(x)
     y = KQuantLinear(wrong)(torch.from_numpy(x)).numpy().astype(np.float64)

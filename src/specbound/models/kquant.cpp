@@ -17,9 +17,12 @@
 //
 // Layout, per weight tensor of R output rows (R % 16 == 0) and C input columns (C % 256 == 0), in
 // blocks of 16 output rows ("lane" r = row 16*b + r):
-//   codes: [R/16][groups][256 bytes]. Q4_K (group 32): 4 chunks of 64 bytes; in chunk c the byte
+//   codes: Q4_K (group 32): [R/16][groups][256 bytes], 4 chunks of 64 bytes; in chunk c the byte
 //          4*r + j holds q[r][8c + j] (low nibble) and q[r][8c + 4 + j] (high nibble).
-//          Q6_K (group 16): 4 chunks of 64 bytes; in chunk c the byte 4*r + j holds q[r][4c + j].
+//          Q6_K (group 16): [R/16][groups][192 bytes], 6 bits per code as in the file: with
+//          q_c = q[r][4c + j] (c = 0..3), byte 4*r + j of the first 64 holds q_0 & 15 | (q_2 & 15) << 4,
+//          of the next 64 q_1 & 15 | (q_3 & 15) << 4, of the last 64 the high bits
+//          q_0 >> 4 | (q_1 >> 4) << 2 | (q_2 >> 4) << 4 | (q_3 >> 4) << 6.
 //   sc, mn: [R/16][groups][16] bytes (mn: Q4_K only);  d, dmin: [R/16][C/256][16] float32.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -38,6 +41,15 @@ constexpr int64_t kSuper = 256;     // inputs per super-block
 constexpr int64_t kActBlock = 32;   // inputs per activation scale
 constexpr int64_t kRowsPerPass = 8; // activation rows whose accumulators stay in registers
 constexpr int64_t kPrefetch = 8192; // bytes ahead in the code stream (measured: 2 KB 52 ms, 8 KB 36 ms per 1.26 GB at k = 1)
+constexpr int64_t kQ4Bytes = 256;   // code bytes per group and 16-row block: Q4_K (32 inputs x 16 rows x 4 bits)
+constexpr int64_t kQ6Bytes = 192;   //                                         Q6_K (16 inputs x 16 rows x 6 bits)
+
+// Q6_K code of lane r, input 4c + j of a group (the layout above)
+inline int32_t q6_code(const uint8_t* cg, int c, int r, int j) {
+  const uint8_t low = cg[(c & 1) * 64 + 4 * r + j];
+  const uint8_t high = cg[128 + 4 * r + j];
+  return int32_t(c < 2 ? low & 15 : low >> 4) | (int32_t((high >> (2 * c)) & 3) << 4);
+}
 
 struct Activations {
   std::vector<int8_t> q;       // [k][C]
@@ -134,7 +146,7 @@ void block_q4_portable(const uint8_t* codes, const uint8_t* sc, const uint8_t* m
         float A = 0.0f, B = 0.0f;
         for (int g8 = 0; g8 < 8; ++g8) {
           const int64_t g = s * 8 + g8;
-          const uint8_t* cg = codes + g * 256;
+          const uint8_t* cg = codes + g * kQ4Bytes;
           const int8_t* xq = a.q.data() + i * c + g * 32;
           int32_t I = 0;
           for (int ch = 0; ch < 4; ++ch)
@@ -165,11 +177,11 @@ void block_q6_portable(const uint8_t* codes, const int8_t* sc, const float* d, c
         float A = 0.0f;
         for (int g16 = 0; g16 < 16; ++g16) {
           const int64_t g = s * 16 + g16;
-          const uint8_t* cg = codes + g * 256;
+          const uint8_t* cg = codes + g * kQ6Bytes;
           const int8_t* xq = a.q.data() + i * c + g * 16;
           int32_t I = 0;
           for (int ch = 0; ch < 4; ++ch)
-            for (int j = 0; j < 4; ++j) I += int32_t(cg[ch * 64 + 4 * r + j]) * xq[4 * ch + j];
+            for (int j = 0; j < 4; ++j) I += q6_code(cg, ch, r, j) * xq[4 * ch + j];
           const int32_t J = I - a.off16[i * (c / 16) + g];
           const float xs = a.xs[i * (c / 32) + g / 2];
           A = std::fma(float(sc[g * 16 + r]), float(J) * xs, A);
@@ -206,7 +218,7 @@ void block_q4_vnni(const uint8_t* codes, const uint8_t* sc, const uint8_t* mn, c
     for (int i = 0; i < nrows; ++i) A[i] = B[i] = _mm512_setzero_ps();
     for (int g8 = 0; g8 < 8; ++g8) {
       const int64_t g = s * 8 + g8;
-      const uint8_t* cg = codes + g * 256;
+      const uint8_t* cg = codes + g * kQ4Bytes;
       for (int line = 0; line < 4; ++line) _mm_prefetch((const char*)(cg + kPrefetch + 64 * line), _MM_HINT_T0);
       __m512i w[8];
       for (int ch = 0; ch < 4; ++ch) {
@@ -244,6 +256,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 void block_q6_vnni(const uint8_t* codes, const int8_t* sc, const float* d, const Activations& a,
                    int64_t row0, int64_t c, float* y, int64_t ystride) {
   const int64_t supers = c / kSuper;
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
   __m512 out[nrows], A[nrows];
   const int8_t* xq0 = a.q.data();
   const float* xs0 = a.xs.data();
@@ -253,10 +266,17 @@ void block_q6_vnni(const uint8_t* codes, const int8_t* sc, const float* d, const
     for (int i = 0; i < nrows; ++i) A[i] = _mm512_setzero_ps();
     for (int g16 = 0; g16 < 16; ++g16) {
       const int64_t g = s * 16 + g16;
-      const uint8_t* cg = codes + g * 256;
-      for (int line = 0; line < 4; ++line) _mm_prefetch((const char*)(cg + kPrefetch + 64 * line), _MM_HINT_T0);
+      const uint8_t* cg = codes + g * kQ6Bytes;
+      for (int line = 0; line < 3; ++line) _mm_prefetch((const char*)(cg + kPrefetch + 64 * line), _MM_HINT_T0);
+      // 6-bit codes: low nibbles of chunks 0/2 and 1/3, then the high two bits of all four;
+      // code = low | (high bits moved to bits 4-5): one ternary-logic op each (A | (B & C) = 0xF8)
+      const __m512i a01 = _mm512_loadu_si512(cg), a23 = _mm512_loadu_si512(cg + 64), h = _mm512_loadu_si512(cg + 128);
       __m512i w[4];
-      for (int ch = 0; ch < 4; ++ch) w[ch] = _mm512_loadu_si512(cg + 64 * ch);
+      w[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(a01, low4), _mm512_slli_epi16(h, 4), bits45, 0xF8);
+      w[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(a23, low4), _mm512_slli_epi16(h, 2), bits45, 0xF8);
+      w[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(a01, 4), low4), h, bits45, 0xF8);
+      w[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(a23, 4), low4), _mm512_srli_epi16(h, 2),
+                                       bits45, 0xF8);
       const __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sc + g * 16))));
       for (int i = 0; i < nrows; ++i) {
         const int64_t row = row0 + i;
@@ -304,7 +324,9 @@ at::Tensor kq_gemm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   TORCH_CHECK(kind == 4 || kind == 6, "kq_gemm: kind must be 4 (Q4_K) or 6 (Q6_K)");
   const int64_t k = x.size(0), c = x.size(1);
   TORCH_CHECK(c % kSuper == 0, "kq_gemm: input width must be a multiple of 256");
-  TORCH_CHECK(codes.dim() == 3 && codes.size(2) == 256 && codes.is_contiguous(), "kq_gemm: bad codes");
+  const int64_t group_bytes = kind == 4 ? kQ4Bytes : kQ6Bytes;
+  TORCH_CHECK(codes.dim() == 3 && codes.size(2) == group_bytes && codes.is_contiguous(), "kq_gemm: codes must be ",
+              "[blocks, groups, ", group_bytes, "] bytes for this kind");
   const int64_t blocks = codes.size(0);
   const int64_t groups = kind == 4 ? c / 32 : c / 16;
   TORCH_CHECK(codes.size(1) == groups, "kq_gemm: codes hold ", codes.size(1), " groups, the input needs ", groups);
@@ -318,7 +340,7 @@ at::Tensor kq_gemm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   const float* dp = d.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const int64_t ys = blocks * kLanes;
-  const int64_t code_stride = groups * 256, sc_stride = groups * 16, d_stride = (c / kSuper) * 16;
+  const int64_t code_stride = groups * group_bytes, sc_stride = groups * 16, d_stride = (c / kSuper) * 16;
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       for (int64_t row0 = 0; row0 < k; row0 += kRowsPerPass) {

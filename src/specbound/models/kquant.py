@@ -178,9 +178,13 @@ def pack_q6_k(raw: np.ndarray) -> dict:
     q, sc, d = q6_k_codes(raw)
     rows, cols = q.shape
     _check_rows(rows, cols)
-    q = q.reshape(rows // LANES, LANES, cols // 16, 4, 4)                # (b, r, g, chunk, j)
-    codes = q.transpose(0, 2, 3, 1, 4).reshape(rows // LANES, cols // 16, 256)
-    return {"kind": 6, "codes": np.ascontiguousarray(codes.astype(np.uint8)), "sc": _lanes(sc), "mn": None,
+    q = np.asarray(q, dtype=np.uint8).reshape(rows // LANES, LANES, cols // 16, 4, 4)   # (b, r, g, chunk, j)
+    q = q.transpose(0, 2, 3, 1, 4).reshape(rows // LANES, cols // 16, 4, 64)            # (b, g, chunk, 4r + j)
+    low, high = q & 0x0F, q >> 4
+    codes = np.concatenate([low[:, :, 0] | (low[:, :, 2] << 4), low[:, :, 1] | (low[:, :, 3] << 4),
+                            high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6)],
+                           axis=-1)                                             # 6 bits per code: 192 bytes
+    return {"kind": 6, "codes": np.ascontiguousarray(codes, dtype=np.uint8), "sc": _lanes(sc), "mn": None,
             "d": _lanes(d), "dmin": None, "shape": (rows, cols)}
 
 
@@ -196,8 +200,10 @@ def dequantize_rows(kind: int, cols: int, codes, sc, mn, d, dmin, rows: torch.Te
         scale = d[block, :, lane].repeat_interleave(8, 1) * sc[block, :, lane].float()
         low = dmin[block, :, lane].repeat_interleave(8, 1) * mn[block, :, lane].float()
         return scale.repeat_interleave(32, 1) * q - low.repeat_interleave(32, 1)
-    c = codes[block].view(n, cols // 16, 4, LANES, 4)[pick, :, :, lane]
-    q = (c.reshape(n, cols).to(torch.int16) - 32).float()
+    c = codes[block].view(n, cols // 16, 3, LANES, 4)[pick, :, :, lane].to(torch.int16)   # [n, g, part, j]
+    low = torch.stack([c[:, :, 0] & 15, c[:, :, 1] & 15, c[:, :, 0] >> 4, c[:, :, 1] >> 4], dim=2)
+    high = torch.stack([(c[:, :, 2] >> (2 * k)) & 3 for k in range(4)], dim=2)               # [n, g, chunk, j]
+    q = ((low | (high << 4)).reshape(n, cols) - 32).float()
     scale = d[block, :, lane].repeat_interleave(16, 1) * sc[block, :, lane].view(torch.int8).float()
     return scale.repeat_interleave(16, 1) * q
 
@@ -373,7 +379,7 @@ def load_gguf_kquant(path, portable: bool = False, cache_dir=None):
 
 
 # ------------------------------------------------------------------ the on-disk copy
-KQUANT_FORMAT = "specbound-kquant-v1"
+KQUANT_FORMAT = "specbound-kquant-v2"          # v2: Q6_K codes packed in 6 bits (v1: bytes)
 _PACKED_FIELDS = ("codes", "sc", "mn", "d", "dmin")
 
 
