@@ -266,3 +266,49 @@ def test_generate_defaults_to_block_verification_of_its_chain():
     assert draft_spec_from_args(parser.parse_args([])).verification == "block"
     assert draft_spec_from_args(parser.parse_args(["--tree", "8"])).verification == "token"
     assert draft_spec_from_args(parser.parse_args(["--verification", "token"])).verification == "token"
+
+
+@pytest.mark.parametrize("verification", ["block", "token"])
+def test_the_chain_policy_learns_the_acceptance_its_verifier_gives(monkeypatch, verification):
+    """Sizing at T > 0 reads the acceptance the target actually gives under the rule in use: under block
+    verification the calibration of γ = auto receives, for every drafted depth i, the exact
+    P(τ ≥ i | τ ≥ i − 1, block) of Sun et al.'s rule (recomputed here from the chains' rows with
+    theory.verification.block_stop_probabilities), under token-wise verification min(1, p/q). The two
+    differ on these chains (so feeding one in place of the other fails the test)."""
+    from specbound.decoding.policy import AcceptanceCalibration
+
+    target = MarkovChain.random(6, concentration=0.4, seed=31)
+    draft = target.perturbed(0.5, seed=32)
+    config = SamplingConfig(1.0, top_k=5)
+    pt, pd = processed_chain(target, config).transitions, processed_chain(draft, config).transitions
+    rounds, fed = [], []
+    propose, observe = ChainDrafter.propose, AcceptanceCalibration.observe
+
+    def recording_propose(self, committed, max_depth, generator):
+        tree = propose(self, committed, max_depth, generator)
+        rounds.append((int(list(committed)[-1]), tree.tokens.tolist()))
+        return tree
+
+    def recording_observe(self, q, accept_prob):
+        fed.append(np.atleast_1d(np.asarray(accept_prob, dtype=np.float64)).copy())
+        return observe(self, q, accept_prob)
+
+    monkeypatch.setattr(ChainDrafter, "propose", recording_propose)
+    monkeypatch.setattr(AcceptanceCalibration, "observe", recording_observe)
+    speculative_decode(ChainModel(target), ChainModel(draft), [2], 60, gamma="auto", temperature=1.0, top_k=5,
+                       seed=3, verification=verification)
+    drafted = [(last, tokens) for last, tokens in rounds if tokens]
+    assert len(drafted) == len(fed) >= 5
+    differs = 0
+    for (last, tokens), got in zip(drafted, fed):
+        previous = [last] + tokens[:-1]
+        t_rows = np.stack([pt[x] for x in previous + [tokens[-1]]])
+        d_rows = np.stack([pd[x] for x in previous])
+        _, stop = block_stop_probabilities(target=t_rows, draft=d_rows, tokens=np.array(tokens))
+        reach = np.cumsum(stop[::-1])[::-1]                          # P(τ ≥ i), i = 0..k
+        block = np.divide(reach[1:], reach[:-1], out=np.zeros(len(tokens)), where=reach[:-1] > 0)  # 0 past a sure stop
+        token = np.minimum(1.0, t_rows[np.arange(len(tokens)), tokens] / d_rows[np.arange(len(tokens)), tokens])
+        expected = block if verification == "block" else token
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+        differs += not np.allclose(block, token, rtol=1e-6)
+    assert differs >= 3

@@ -6,7 +6,9 @@ Alistarh 2026, §2), and a round yields 1 + Σ value(v) tokens (the +1 is the re
 token). value(v) = value(parent) · c(q_v), where q_v is the draft's confidence in v's token and c is
 an :class:`AcceptanceCalibration` learned online from what the target actually did: for every node
 whose parent's target law was computed, the exact conditional acceptance probability (the target's
-probability of the token for deterministic trees, min(1, target/draft) for sampled ones).
+probability of the token for deterministic trees, min(1, target/draft) for sampled ones verified token by
+token, and P(τ ≥ i | τ ≥ i − 1, block) for a sampled chain under block verification — the acceptance of
+the rule in use, so a block-verified chain is sized by what block verification accepts).
 
 :class:`DraftBudget` grows a proposal while the marginal expected tokens per marginal second beat
 the round's current throughput E/T, with T = draft seconds + t(pending + nodes) from the measured,

@@ -328,6 +328,10 @@ class Verdict:
     drafted tokens were checked, len(path) + 1 if recovered else len(path)): ``accept_probs`` — the
     probability that some drafted token at that depth is accepted, given the drafted tokens — and
     ``bias`` — the exact TV distance between the step's output law and the target's (0 if lossless).
+    ``block_accept_probs`` (block verification of a chain only, else None): for EVERY drafted depth
+    i = 1..k, P(τ ≥ i | τ ≥ i − 1, drafted block) — exact given the block, whatever the coins drew, so
+    a drafter can learn from all of them (as it learns min(1, p/q) from every node under token-wise
+    verification).
     """
 
     path: list[int]
@@ -335,6 +339,7 @@ class Verdict:
     ended: RoundEnd
     accept_probs: list[float] = field(default_factory=list)
     bias: list[float] = field(default_factory=list)
+    block_accept_probs: list[float] | None = None
 
     @property
     def accepted(self) -> int:
@@ -458,16 +463,17 @@ def _verify_block_chain(tree, draft_probs, target_probs, has_law, generator) -> 
         stay *= 1.0 - h[i]
         reach[i] = 1.0 - stay
     tested = min(tau + 1, k)
-    accept_probs = [reach[i] / reach[i - 1] if reach[i - 1] > 0 else 0.0 for i in range(1, tested + 1)]
+    survival = [reach[i] / reach[i - 1] if reach[i - 1] > 0 else 0.0 for i in range(1, k + 1)]
+    accept_probs = survival[:tested]
     path = list(range(tau))
     if tau < k:
         law = (p[tau] * targets[tau] - drafts[tau]).clamp_min(0)
         mass = law.sum()
         law = (law / mass if mass > 0 else targets[tau]).to(target_probs.dtype)
-        return Verdict(path, _draw(law, generator), RoundEnd.RECOVERED, accept_probs, [0.0] * tested)
+        return Verdict(path, _draw(law, generator), RoundEnd.RECOVERED, accept_probs, [0.0] * tested, survival)
     if not has_law[k]:
-        return Verdict(path, -1, RoundEnd.BUDGET, accept_probs, [0.0] * tested)
-    return Verdict(path, _draw(target_probs[k], generator), RoundEnd.BONUS, accept_probs, [0.0] * tested)
+        return Verdict(path, -1, RoundEnd.BUDGET, accept_probs, [0.0] * tested, survival)
+    return Verdict(path, _draw(target_probs[k], generator), RoundEnd.BONUS, accept_probs, [0.0] * tested, survival)
 
 
 def _verify_sampled_tree(tree, draft_probs, target_probs, has_law, generator) -> Verdict:

@@ -145,7 +145,10 @@ class ChainDrafter(Drafter):
             for k, seconds in self.cache.reads:
                 costs.observe_draft(k, seconds)
             t = feedback.node_target_probs.numpy()
-            if tree.sampled:                                          # exact acceptance of a sampled token
+            block = feedback.verdict.block_accept_probs
+            if tree.sampled and block is not None and len(block) == len(tree):
+                accept = np.asarray(block, dtype=np.float64)          # block verification: P(τ ≥ i | τ ≥ i − 1)
+            elif tree.sampled:                                        # token-wise: exact acceptance of a sampled token
                 q = tree.draft_probs[tree.parents + 1, tree.tokens].double().numpy()
                 accept = np.minimum(1.0, t / np.maximum(q, 1e-300))
             else:                                                     # arg-max chain: the target's probability
