@@ -53,11 +53,21 @@ def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
             assert s.draft_seconds == m.chain[g].draft_seconds
             assert s.predicted == pytest.approx(float(round_speedup(s.expected_tokens - 1, s.draft_seconds,
                                                                     verify_cost, g + 1)))
+        # sampled trees and M drafts: priced by the same rule from their exact values and draft calls
+        from specbound.advise import SAMPLED_SHAPES
+        assert [(s.kind, s.size, s.gamma) for s in m.shapes] == [tuple(x) for x in SAMPLED_SHAPES]
+        for s in m.shapes:
+            assert 1.0 <= s.expected_tokens <= s.verified_tokens and s.draft_seconds > 0
+            assert s.predicted == pytest.approx(float(round_speedup(s.expected_tokens - 1, s.draft_seconds,
+                                                                    verify_cost, s.verified_tokens)))
+        assert m.best_engine.predicted == max(x.predicted for x in list(m.chain.values()) + list(m.tree.values())
+                                              + list(m.block.values()) + m.shapes)
     assert advice.modes["sampled"].bound                  # μ, μ₂ bound on E[X](P), T = 1 only
     measure_settings(target, draft, advice, prompts, 10, runs=2)     # two paired runs per prompt (T = 1: streams)
     assert advice.measured_streams == 2
     rows = measured_vs_predicted(advice)
     assert len(rows) >= 5 and all(r[3] > 0 for r in rows)
+    assert advice.modes["sampled"].best_shape.measured is not None       # the best sampled shape is checked too
     assert any(r[0] == "sampled" and "block verification" in r[1] for r in rows)
     rec = recommendation(advice, "/models/target", "/models/draft")
     exports = export_all(rec)

@@ -17,6 +17,10 @@ Ingredients (all measured here, through the engine; formulas from :mod:`specboun
   (Pankratov & Alistarh 2026, §2). Either way the draft calls the drafter of capacity P really makes
   (one per depth over the nodes among its P best, which at small depths are wider than the final
   tree) are priced by the draft's cost curve d(k);
+* at T > 0 also the shapes verified by recursive rejection, which only specbound's engine runs:
+  sampled trees of capacity P and batches of M i.i.d. drafts of γ tokens (Yin et al. 2024, Alg. 4),
+  each drafted by the engine's drafter at the same positions and scored exactly given the drafted
+  tree (:func:`specbound.theory.sampled_tree_value`), their draft calls priced by d(k);
 * the optimal tree value E[X | T*(P)] (the target drafting for itself: speed of light of any
   deterministic drafter, §1–§2) and the bound from the target's entropy moments μ, μ₂ (§3);
 
@@ -39,7 +43,9 @@ from .decoding.batch import rows_shared
 from .decoding.costs import CostMeasurement, measure_costs
 from .errors import SpecboundError
 from .measure.batch_passes import BatchPassCosts, measure_batch_passes
-from .measure.drafter_values import chain_verification_values, dynamic_tree_values, greedy_tree_rounds
+from .measure.drafter_values import (
+    SampledShape, chain_verification_values, dynamic_tree_values, greedy_tree_rounds, sampled_shape_values,
+)
 from .measure.moments import measure_moments
 from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .seeds import derive_seed
@@ -55,6 +61,9 @@ __all__ = ["AdviseConfig", "Advice", "BatchAdvice", "ModeAdvice", "Setting", "ad
 MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0)}
 CAPACITIES = (1, 2, 4, 8, 16, 32, 64)
 GAMMAS = tuple(range(1, 17))
+#: T > 0: shapes verified by recursive rejection that advise prices (specbound's engine only)
+SAMPLED_SHAPES = tuple(SampledShape("sampled", P) for P in (4, 8, 16, 32)) + \
+    tuple(SampledShape("drafts", M, g) for M in (2, 4) for g in (2, 4, 6))
 PAYS = 1.05      # below this predicted speed-up, speculation is not worth its complexity
 
 
@@ -76,15 +85,35 @@ class AdviseConfig:
 @dataclass
 class Setting:
     """One predicted (and possibly measured) setting: a chain of γ (verified token-wise, or jointly:
-    "block"), or a dynamic tree of capacity P."""
+    "block"), a dynamic tree of capacity P, a sampled tree of capacity P ("sampled") or M draft
+    sequences of ``gamma`` tokens ("drafts", size = M), the last two verified by recursive rejection."""
 
-    kind: str                      # "chain" | "block" | "tree"
+    kind: str                      # "chain" | "block" | "tree" | "sampled" | "drafts"
     size: int
     expected_tokens: float         # 1 + E[X] per round
     draft_seconds: float
     verified_tokens: int
     predicted: float               # predicted speed-up over plain decoding
     measured: float | None = None
+    gamma: int | None = None       # "drafts": tokens per draft sequence
+
+    @property
+    def label(self) -> str:
+        return {"chain": f"chain γ={self.size}", "block": f"chain (block verification) γ={self.size}",
+                "tree": f"tree P={self.size}", "sampled": f"sampled tree P={self.size}",
+                "drafts": f"{self.size} drafts × γ={self.gamma}"}[self.kind]
+
+    def decode_kwargs(self) -> dict:
+        """The keywords of :func:`specbound.decoding.speculative_decode` that run this setting."""
+        return {"chain": {"gamma": self.size}, "block": {"gamma": self.size, "verification": "block"},
+                "tree": {"tree": self.size}, "sampled": {"tree": self.size, "tree_drafter": "sampled"},
+                "drafts": {"drafts": self.size, "gamma": self.gamma}}[self.kind]
+
+    def command(self) -> str:
+        """The ``specbound generate`` options that run this setting."""
+        return {"chain": f"--gamma {self.size}", "block": f"--gamma {self.size} --verification block",
+                "tree": f"--tree {self.size}", "sampled": f"--tree {self.size} --tree-drafter sampled",
+                "drafts": f"--drafts {self.size} --gamma {self.gamma}"}[self.kind]
 
 
 @dataclass
@@ -123,10 +152,23 @@ class ModeAdvice:
     # token-wise value of the same drafted chains (their ratio is the verifier's gain alone)
     block: dict[int, Setting] = field(default_factory=dict)
     block_token: dict[int, float] = field(default_factory=dict)
+    # T > 0: sampled trees and M-draft batches (recursive rejection), exact at the same positions
+    shapes: list[Setting] = field(default_factory=list)
 
     @property
     def best_block(self) -> Setting | None:
         return max(self.block.values(), key=lambda s: s.predicted) if self.block else None
+
+    @property
+    def best_shape(self) -> Setting | None:
+        return max(self.shapes, key=lambda s: s.predicted) if self.shapes else None
+
+    @property
+    def best_engine(self) -> Setting | None:
+        """The best predicted setting of everything specbound's engine runs (chains, block-verified
+        chains, dynamic and sampled trees, M drafts): what ``specbound generate`` should be given."""
+        pool = list(self.chain.values()) + list(self.tree.values()) + list(self.block.values()) + self.shapes
+        return max(pool, key=lambda s: s.predicted) if pool else None
 
     @property
     def pays(self) -> bool:
@@ -260,6 +302,16 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
                                           draft_seconds=seconds, verified_tokens=g + 1,
                                           predicted=float(round_speedup(values.block[j], seconds, verify_cost, g + 1)))
                 advice.block_token[g] = 1.0 + float(values.token[j])
+            shaped = sampled_shape_values(target, draft, contexts, SAMPLED_SHAPES, sampling,
+                                          derive_seed(config.seed, "advise sampled shapes", mode))
+            for j, shape in enumerate(shaped.shapes):
+                seconds = _tree_draft_seconds(shaped.reads[j], draft_cost)
+                verified = max(1, int(round(shaped.nodes[j]))) + 1
+                value = float(shaped.values[j])
+                advice.shapes.append(Setting(kind=shape.kind, size=shape.size, gamma=shape.gamma,
+                                             expected_tokens=1.0 + value, draft_seconds=seconds,
+                                             verified_tokens=verified,
+                                             predicted=float(round_speedup(value, seconds, verify_cost, verified))))
         if mode == "greedy":      # a greedy target is a point mass: the optimal tree is its arg-max chain
             advice.oracle = {P: float(P) for P in CAPACITIES}
         else:
@@ -365,6 +417,11 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
             picks.add((m.best.kind, m.best.size))
         if m.best_block is not None:         # block verification at its best γ, beside token-wise at that γ
             picks |= {("block", m.best_block.size), ("chain", m.best_block.size)}
+        shapes = {}
+        for shape in ([m.best_shape] if m.best_shape is not None else []) + \
+                ([m.best_engine] if m.best_engine is not None and m.best_engine in m.shapes else []):
+            shapes[(shape.kind, shape.size, shape.gamma)] = shape       # the best sampled tree / M drafts
+        picks |= set(shapes)
         ratios: dict[tuple, list[float]] = {p: [] for p in picks}
         for k, ids in enumerate(prompt_ids):
             per_prompt: dict[tuple, list[float]] = {p: [] for p in picks}
@@ -372,29 +429,29 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
                 seed = derive_seed(advice.config.seed, "advise check", k, *((stream,) if stream else ()))
                 plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=seed)
                 base = plain.metrics.decode_tokens_per_second
-                for kind, size in sorted(picks):
-                    kwargs = {"tree": size} if kind == "tree" else {"gamma": size}
-                    if kind == "block":
-                        kwargs["verification"] = "block"
+                for pick in sorted(picks, key=str):
+                    setting = shapes.get(pick) or Setting(kind=pick[0], size=pick[1], expected_tokens=0.0,
+                                                          draft_seconds=0.0, verified_tokens=0, predicted=0.0)
                     res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=seed,
-                                             **kwargs)
-                    per_prompt[(kind, size)].append(res.metrics.decode_tokens_per_second / base)
+                                             **setting.decode_kwargs())
+                    per_prompt[pick].append(res.metrics.decode_tokens_per_second / base)
             for pick, values in per_prompt.items():
                 ratios[pick].append(statistics.fmean(values))
-        for (kind, size), values in ratios.items():
-            table = {"chain": m.chain, "block": m.block, "tree": m.tree}[kind]
-            table[size].measured = statistics.median(values)
+        for pick, values in ratios.items():
+            if pick in shapes:
+                shapes[pick].measured = statistics.median(values)
+            else:
+                kind, size = pick
+                {"chain": m.chain, "block": m.block, "tree": m.tree}[kind][size].measured = statistics.median(values)
 
 
 def measured_vs_predicted(advice: Advice) -> list[tuple[str, str, float, float, float]]:
     """(mode, setting, predicted, measured, measured/predicted) for every measured setting."""
     rows = []
     for mode, m in advice.modes.items():
-        for s in list(m.chain.values()) + list(m.block.values()) + list(m.tree.values()):
+        for s in list(m.chain.values()) + list(m.block.values()) + list(m.tree.values()) + m.shapes:
             if s.measured is not None:
-                name = {"chain": "chain γ", "block": "chain (block verification) γ", "tree": "tree P"}[s.kind]
-                rows.append((mode, f"{name}={s.size}", s.predicted, s.measured,
-                             s.measured / s.predicted))
+                rows.append((mode, s.label, s.predicted, s.measured, s.measured / s.predicted))
     return rows
 
 

@@ -94,6 +94,20 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                                 or s is b]), "",
                       f"Best with block verification: γ = {b.size}, predicted {b.predicted:.2f}× (serving engines "
                       "verify token-wise, so the exports below use the best of the chains and trees).", ""]
+        if m.shapes:
+            lines += ["Sampled trees and M i.i.d. drafts, verified by recursive rejection over siblings (Yin et al. "
+                      "2024, Alg. 4 at every depth; specbound's engine only): exact 1 + E[X | drafted tree] of the "
+                      "engine's own drafter at the positions above, its draft calls priced by d(k):", "",
+                      md_table(["setting", "`specbound generate`", "1 + E[X]", "nodes verified", "draft s/round",
+                                "predicted", "measured"],
+                               [[s.label, f"`{s.command()}`", fmt(s.expected_tokens, 2), str(s.verified_tokens - 1),
+                                 fmt(s.draft_seconds, 3), _x(s.predicted), _x(s.measured)] for s in m.shapes]), ""]
+        engine_best = m.best_engine
+        if engine_best is not None and mode != "greedy":
+            lines += [f"Best of everything specbound's engine runs at this temperature: **{engine_best.label}**, "
+                      f"predicted {engine_best.predicted:.2f}× (`specbound generate {engine_best.command()}`)"
+                      + (f", measured {engine_best.measured:.2f}×" if engine_best.measured is not None else "") + ".",
+                      ""]
     for mode, m in advice.modes.items():
         if not m.batch:
             continue

@@ -8,6 +8,8 @@
   contexts, and :func:`greedy_tree_rounds` — the same per round along greedy texts (``specbound advise``);
 * :func:`chain_verification_values` — exact accepted tokens of sampled chains under token-wise and
   block verification (``specbound advise`` at T > 0);
+* :func:`sampled_shape_values` — exact accepted tokens of sampled trees and of M-draft batches under
+  recursive rejection, with the draft reads that drafted them (``specbound advise`` at T > 0);
 * :func:`drafter_runs` — τ(P), tokens per target call, of tree SD with a real drafter, through
   :func:`~specbound.decoding.speculative_decode`;
 * :func:`measure_target_costs` — t(k), seconds of a target pass over k new tokens.
@@ -23,9 +25,11 @@ import numpy as np
 import torch
 
 from ..decoding import DynamicTreeDrafter, SampledTreeDrafter, SamplingConfig, make_generator, speculative_decode
+from ..decoding.drafters.batch import BatchDrafter
 from ..decoding.costs import measure_forward_costs
 from ..seeds import derive_seed
 from ..theory.speedup import CostProfile
+from ..theory.rejections import sampled_tree_value
 from ..theory.verification import block_stop_probabilities
 from .journal import PartialResults, no_journal
 from .llm import PromptContext, tree_laws
@@ -35,7 +39,8 @@ from .records import Stage
 
 __all__ = ["ChainVerificationValues", "DrafterExact", "DrafterRun", "DrafterRuns", "DrafterValues", "ExactAt",
            "TreeValues", "accepted_along", "chain_verification_values", "drafter_runs", "drafter_values",
-           "drafter_values_at", "dynamic_tree_values", "greedy_tree_rounds", "measure_target_costs"]
+           "drafter_values_at", "dynamic_tree_values", "greedy_tree_rounds", "measure_target_costs",
+           "SampledShape", "ShapeValues", "sampled_shape_values"]
 
 EXACT_KINDS = ("dynamic", "chain")
 
@@ -290,6 +295,70 @@ def chain_verification_values(target, draft, contexts: list[list[int]], gammas, 
         return a.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(gs), np.nan)
 
     return ChainVerificationValues(gs, token.mean(axis=0), block.mean(axis=0), se(token), se(block))
+
+
+class SampledShape(NamedTuple):
+    """A drafted shape verified by recursive rejection: ``kind`` "sampled" (the engine's sampled tree of
+    capacity ``size``, default branching: ``--tree P --tree-drafter sampled``) or "drafts" (``size`` = M
+    i.i.d. draft sequences of ``gamma`` tokens, batch design B: ``--drafts M --gamma γ``)."""
+
+    kind: str
+    size: int
+    gamma: int | None = None
+
+    def drafter(self, draft, sampling: SamplingConfig):
+        if self.kind == "sampled":
+            return SampledTreeDrafter(draft, sampling, self.size)
+        if self.kind == "drafts":
+            return BatchDrafter(draft, sampling, self.size, self.gamma)
+        raise ValueError(f"unknown sampled shape {self.kind!r}")
+
+    def max_depth(self) -> int:
+        return self.size if self.kind == "sampled" else int(self.gamma)
+
+
+class ShapeValues(NamedTuple):
+    """Per shape (index j): mean exact E[X | drafted tree] over the contexts (``values``) with its
+    standard error, mean drafted nodes (the target verifies them and the pending token), and
+    ``reads[j][k]`` — mean draft calls reading k tokens per proposal (priced by d(k))."""
+
+    shapes: list[SampledShape]
+    values: np.ndarray
+    se: np.ndarray
+    nodes: np.ndarray
+    reads: list[np.ndarray]
+
+
+def sampled_shape_values(target, draft, contexts: list[list[int]], shapes, sampling: SamplingConfig,
+                         seed: int = 0) -> ShapeValues:
+    """Exact E[accepted drafted tokens | drafted tree] (:func:`specbound.theory.sampled_tree_value`:
+    recursive rejection over siblings, coins integrated out) of one tree drafted by the engine's own
+    drafter of each shape at each context (context c, shape j draws from ``derive_seed(seed, "sampled
+    shape values", c, j)``), scored with the target's processed laws at every node (one tree read)."""
+    shapes = [s if isinstance(s, SampledShape) else SampledShape(*s) for s in shapes]
+    values = np.zeros((len(contexts), len(shapes)))
+    nodes = np.zeros(len(shapes))
+    size = max([1] + [s.size * (s.gamma or 1) for s in shapes])
+    reads = [np.zeros(size + 1) for _ in shapes]
+    t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
+    for c, context in enumerate(contexts):
+        t_ctx.set(context)
+        d_ctx.set(context)
+        for j, shape in enumerate(shapes):
+            generator = make_generator(derive_seed(seed, "sampled shape values", c, j))
+            tree, _, read = _propose_once(shape.drafter(draft, sampling), draft, context, shape.max_depth(), generator,
+                                          draft.cache_length)
+            tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
+            laws = tree_laws(target, context, tokens, parents, sampling)
+            q = tree.draft_probs.to(torch.float64).numpy()
+            values[c, j] = sampled_tree_value(parents=parents, tokens=tokens, target=laws, draft=q)
+            nodes[j] += len(tokens)
+            reads[j] += _read_counts(read, size)
+    target.reset()
+    draft.reset()
+    n = max(len(contexts), 1)
+    se = values.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(shapes), np.nan)
+    return ShapeValues(shapes, values.mean(axis=0), se, nodes / n, [r / n for r in reads])
 
 
 @dataclass

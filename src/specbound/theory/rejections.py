@@ -38,6 +38,7 @@ __all__ = [
     "uniform_all_reject",
     "uniform_batch_improvement",
     "simulate_batch_rejections",
+    "sampled_tree_value",
 ]
 
 
@@ -647,3 +648,43 @@ def simulate_batch_rejections(*, target: MarkovChain, draft: MarkovChain, horizo
     rejections, paths = _simulate_batch(target=target, draft=draft, horizon=horizon, drafts=drafts,
                                         design=design, n_runs=int(n_runs), rng=rng)
     return (rejections, paths) if return_paths else rejections
+
+
+def sampled_tree_value(*, parents, tokens, target, draft) -> float:
+    """Exact E[accepted drafted tokens | drafted tree] of a sampled draft tree verified by recursive
+    rejection over the siblings at each node (Yin et al. 2024, Alg. 4 at every depth: batch design B;
+    a chain is the tree of fan-out 1, where it is Σ_k Π_{i≤k} min(1, target_i/draft_i)).
+
+    ``parents`` [n] (−1: a root child; parents before their children), ``tokens`` [n]; ``target`` and
+    ``draft`` [n+1, V]: the processed laws at the root (row 0) and after node i (row i+1) — the
+    target's, and the draft's that node i's children were sampled from (i.i.d.). The coins are
+    integrated out: at a node with children x_1..x_m, child j is taken with probability
+    Π_{l<j}(1 − a_l)·a_j, a_j = min(1, r^{j−1}(x_j)/draft(x_j)) with r the residual sequence of
+    :func:`residual_chain`, and the walk goes on under it: V(u) = Σ_j P(j)·(1 + V(x_j))."""
+    parents = np.asarray(parents, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    target, draft = np.asarray(target, dtype=np.float64), np.asarray(draft, dtype=np.float64)
+    n = tokens.shape[0]
+    if parents.shape != (n,) or target.ndim != 2 or target.shape != draft.shape or target.shape[0] != n + 1:
+        raise SpecboundError(f"a drafted tree of n nodes needs parents [n], tokens [n] and target/draft laws [n+1, V]; "
+                             f"got {parents.shape}, {tokens.shape}, {target.shape}, {draft.shape}")
+    if n and (np.any(parents >= np.arange(n)) or np.any(parents < -1)):
+        raise SpecboundError("parents must come before their children (parents[i] < i, −1 for the root's children)")
+    children: list[list[int]] = [[] for _ in range(n + 1)]          # slot u + 1 holds node u's children
+    for i, p in enumerate(parents.tolist()):
+        children[p + 1].append(i)
+    value = np.zeros(n + 1)                                          # value[u + 1] = V(u); value[0] = V(root)
+    for u in range(n - 1, -2, -1):
+        kids = children[u + 1]
+        if not kids:
+            continue
+        residuals, _ = residual_chain(target=target[u + 1], draft=draft[u + 1], drafts=len(kids))
+        reach, v = 1.0, 0.0
+        for j, kid in enumerate(kids):
+            x = tokens[kid]
+            q = draft[u + 1, x]
+            a = min(1.0, residuals[j, x] / q) if q > 0 else 1.0      # as the engine: a token the draft cannot draw
+            v += reach * a * (1.0 + value[kid + 1])
+            reach *= 1.0 - a
+        value[u + 1] = v
+    return float(value[0])
