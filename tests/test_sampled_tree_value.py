@@ -121,3 +121,14 @@ def test_measured_shape_values_are_the_engines_expected_accepted_tokens():
         se = np.hypot(runs.std(ddof=1) / np.sqrt(len(runs)), measured.se[j])
         assert abs(runs.mean() - measured.values[j]) <= 4 * se, (shape, runs.mean(), measured.values[j], se)
         assert measured.nodes[j] == 6                       # P = 6 nodes; 2 drafts × 3 tokens
+
+
+def test_float32_laws_that_sum_to_one_within_rounding_are_accepted():
+    """Real models' laws come in float32 (sums 1 ± 1e-6): the value is computed on them, renormalised."""
+    rng = np.random.default_rng(8)
+    laws = rng.dirichlet(np.ones(50), size=3).astype(np.float32).astype(np.float64)
+    laws[:, 0] += 2e-6                                      # as a float32 softmax's row can be off
+    exact = sampled_tree_value(parents=[-1, -1], tokens=[3, 7], target=laws / laws.sum(1, keepdims=True),
+                               draft=laws[::-1] / laws[::-1].sum(1, keepdims=True))
+    assert sampled_tree_value(parents=[-1, -1], tokens=[3, 7], target=laws, draft=laws[::-1]) == \
+        pytest.approx(exact, rel=1e-9)

@@ -57,15 +57,13 @@ struct Activations {
   std::vector<int32_t> sums;   // [k][C / 16]   sum of xq over each 16 inputs
   std::vector<float> xs_sum32; // [k][C / 32]   xs * (sum of xq over the 32 inputs), for Q4_K's mins
   std::vector<int32_t> off16;  // [k][C / 16]   32 * (sum of xq over the 16 inputs), for Q6_K's offset
+
+  Activations(int64_t k, int64_t c)
+      : q(k * c), xs(k * (c / kActBlock)), sums(k * (c / 16)), xs_sum32(k * (c / kActBlock)), off16(k * (c / 16)) {}
 };
 
 Activations quantize_rows(const float* x, int64_t k, int64_t c) {
-  Activations a;
-  a.q.resize(k * c);
-  a.xs.resize(k * (c / kActBlock));
-  a.sums.resize(k * (c / 16));
-  a.xs_sum32.resize(k * (c / kActBlock));
-  a.off16.resize(k * (c / 16));
+  Activations a(k, c);
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t b = 0; b < c / kActBlock; ++b) {
       const float* v = x + i * c + b * kActBlock;
@@ -100,12 +98,7 @@ Activations quantize_rows(const float* x, int64_t k, int64_t c) {
 // streaming the weights once at k = 8.
 __attribute__((target("avx512f,avx512bw,avx512vl")))
 Activations quantize_rows_vector(const float* x, int64_t k, int64_t c) {
-  Activations a;
-  a.q.resize(k * c);
-  a.xs.resize(k * (c / kActBlock));
-  a.sums.resize(k * (c / 16));
-  a.xs_sum32.resize(k * (c / kActBlock));
-  a.off16.resize(k * (c / 16));
+  Activations a(k, c);
   const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
   for (int64_t i = 0; i < k; ++i) {
     for (int64_t b = 0; b < c / kActBlock; ++b) {

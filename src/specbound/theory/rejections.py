@@ -678,11 +678,13 @@ def sampled_tree_value(*, parents, tokens, target, draft) -> float:
         kids = children[u + 1]
         if not kids:
             continue
-        residuals, _ = residual_chain(target=target[u + 1], draft=draft[u + 1], drafts=len(kids))
+        # laws computed in float32 sum to 1 within ~1e-6: renormalised in float64 before the residual chain
+        t_row, d_row = target[u + 1] / target[u + 1].sum(), draft[u + 1] / draft[u + 1].sum()
+        residuals, _ = residual_chain(target=t_row, draft=d_row, drafts=len(kids))
         reach, v = 1.0, 0.0
         for j, kid in enumerate(kids):
             x = tokens[kid]
-            q = draft[u + 1, x]
+            q = d_row[x]
             a = min(1.0, residuals[j, x] / q) if q > 0 else 1.0      # as the engine: a token the draft cannot draw
             v += reach * a * (1.0 + value[kid + 1])
             reach *= 1.0 - a
