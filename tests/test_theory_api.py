@@ -107,6 +107,7 @@ CALLS = {
     "token_stop_probabilities": ((np.stack([T_ROW, T_ROW]), np.stack([D_ROW]), np.array([0])), {}),
     "block_residual": ((T_ROW, D_ROW, 0.5), {}),
     "expected_accepted": ((TARGET, DRAFT, 2), {}),
+    "sampled_tree_value": ((np.array([-1]), np.array([0]), np.stack([T_ROW, T_ROW]), np.stack([D_ROW, D_ROW])), {}),
 }
 
 
