@@ -1,7 +1,7 @@
 // specbound's GEMM for llama.cpp's K-quant weights (Q4_K, Q6_K) with 8-bit activations, on x86 CPUs.
 //
 // Weights keep the GGUF file's own values: a row's 256-weight super-block holds codes q (4-bit for
-// Q4_K, 6-bit for Q6_K, stored here as bytes or nibbles), one integer scale per group (32 weights for
+// Q4_K, 6-bit for Q6_K, kept in 4 and 6 bits as in the file), one integer scale per group (32 weights for
 // Q4_K, 16 for Q6_K) and per super-block float factors d (and dmin):
 //     Q4_K: w = d * sc_g * q - dmin * m_g        (q in 0..15, sc_g and m_g in 0..63)
 //     Q6_K: w = d * sc_g * (q - 32)              (q in 0..63, sc_g in -128..127)
