@@ -48,8 +48,10 @@ def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
             assert not m.block
             continue
         assert set(m.block) == set(m.chain) and m.best_block.predicted == max(s.predicted for s in m.block.values())
-        assert m.block[1].expected_tokens == pytest.approx(m.block_token[1], abs=1e-12)    # γ = 1: the same rule
-        for g, s in m.block.items():
+        assert m.block_positions[1] == pytest.approx(m.block_token[1], abs=1e-12)    # γ = 1: the same rule
+        for g, s in m.block.items():                 # the chain's tokens per round times the exact gain
+            assert s.expected_tokens == pytest.approx(m.chain[g].expected_tokens * m.block_positions[g]
+                                                      / m.block_token[g])
             assert s.draft_seconds == m.chain[g].draft_seconds
             assert s.predicted == pytest.approx(float(round_speedup(s.expected_tokens - 1, s.draft_seconds,
                                                                     verify_cost, g + 1)))

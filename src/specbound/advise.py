@@ -10,7 +10,9 @@ Ingredients (all measured here, through the engine; formulas from :mod:`specboun
   of a chain of length γ by following the rounds along the text (renewal-reward:
   :func:`specbound.theory.speedup.greedy_chain_rounds`; acceptance on code comes in bursts, which
   a per-position rate misprices); at T = 1 the per-position acceptance α_i of a drafted chain,
-  1 + Σ_i Π_{j≤i} α_j (Leviathan et al. 2023); a draft forward priced as it costs inside a chain;
+  1 + Σ_i Π_{j≤i} α_j (Leviathan et al. 2023); a draft forward priced as it costs inside a chain; the
+  same chain under block verification: those tokens per round times the gain of block over token-wise
+  verification computed exactly on the same sampled chains at the positions below;
 * trees: at greedy, dynamic-tree rounds along the same greedy texts (each round's tree built by the
   drafter, accepted depth read off the text, the next round after it: renewal-reward as for
   chains); at T = 1 the exact tree value E[X | T_dyn(P)] = Σ_{v∈T} p_target(v) at sampled positions
@@ -148,10 +150,13 @@ class ModeAdvice:
     bound_speedup: dict[int, float] = field(default_factory=dict)
     best: Setting | None = None
     batch: dict[int, BatchAdvice] = field(default_factory=dict)
-    # T > 0: chains under block verification (Sun et al. 2025), exact at the oracle's positions, and the
-    # token-wise value of the same drafted chains (their ratio is the verifier's gain alone)
+    # T > 0: chains under block verification (Sun et al. 2025): 1 + E[X] of the same sampled chains at the
+    # oracle's positions, exact under token-wise (block_token) and block verification (block_positions);
+    # their ratio is the verifier's gain alone, and a block setting's tokens per round are the chain's
+    # (from its own runs, as the chain is priced) times that gain
     block: dict[int, Setting] = field(default_factory=dict)
     block_token: dict[int, float] = field(default_factory=dict)
+    block_positions: dict[int, float] = field(default_factory=dict)
     # T > 0: sampled trees and M-draft batches (recursive rejection), exact at the same positions
     shapes: list[Setting] = field(default_factory=list)
 
@@ -297,11 +302,17 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             values = chain_verification_values(target, draft, contexts, GAMMAS, sampling,
                                                derive_seed(config.seed, "advise block", mode))
             for j, g in enumerate(values.gammas):
+                # price the block-verified chain on the chain's own footing: its tokens per round times the
+                # verifier's exact gain on the same sampled chains (two estimators of the chain's value — its
+                # runs' acceptance and the positions' exact values — differ by more than that gain, so
+                # comparing a block value of one with a token-wise value of the other ranks noise)
+                token_tokens, block_tokens = 1.0 + float(values.token[j]), 1.0 + float(values.block[j])
+                tau = chain[g].expected_tokens * (block_tokens / token_tokens)
                 seconds = chain[g].draft_seconds
-                advice.block[g] = Setting(kind="block", size=g, expected_tokens=1.0 + float(values.block[j]),
-                                          draft_seconds=seconds, verified_tokens=g + 1,
-                                          predicted=float(round_speedup(values.block[j], seconds, verify_cost, g + 1)))
-                advice.block_token[g] = 1.0 + float(values.token[j])
+                advice.block[g] = Setting(kind="block", size=g, expected_tokens=tau, draft_seconds=seconds,
+                                          verified_tokens=g + 1,
+                                          predicted=float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
+                advice.block_token[g], advice.block_positions[g] = token_tokens, block_tokens
             shaped = sampled_shape_values(target, draft, contexts, SAMPLED_SHAPES, sampling,
                                           derive_seed(config.seed, "advise sampled shapes", mode))
             for j, shape in enumerate(shaped.shapes):

@@ -85,10 +85,14 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
             b = m.best_block
             lines += ["Chain with block verification (Sun et al. 2025; `--verification block`): exact tokens per "
                       "round of the same sampled chains under token-wise and block verification at the positions "
-                      "above, priced like the chain; the gain column is the verifier's alone:", "",
-                      md_table(["γ", "1 + E[X] token-wise", "1 + E[X] block", "gain", "predicted", "measured"],
-                               [[str(g), fmt(m.block_token.get(g, float("nan")), 3), fmt(s.expected_tokens, 3),
-                                 f"{s.expected_tokens / m.block_token[g] - 1:+.1%}" if m.block_token.get(g) else "–",
+                      "above (their ratio is the verifier's gain alone); a block setting is priced as the chain "
+                      "of its γ with that gain:", "",
+                      md_table(["γ", "1 + E[X] token-wise", "1 + E[X] block", "gain", "tokens/round (chain × gain)",
+                                "predicted", "measured"],
+                               [[str(g), fmt(m.block_token.get(g, float("nan")), 3),
+                                 fmt(m.block_positions.get(g, s.expected_tokens), 3),
+                                 f"{m.block_positions.get(g, s.expected_tokens) / m.block_token[g] - 1:+.1%}"
+                                 if m.block_token.get(g) else "–", fmt(s.expected_tokens, 2),
                                  _x(s.predicted), _x(s.measured)]
                                 for g, s in m.block.items() if g in (1, 2, 4, 8, 12, 16) or s.measured is not None
                                 or s is b]), "",
