@@ -423,37 +423,29 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
     advice.measured_streams = streams = max(1, int(runs))
     for mode, m in advice.modes.items():
         sampling = MODES[mode]
-        picks = {("chain", 2), ("chain", 4), ("chain", 8), ("tree", 8), ("tree", 16)}
+        chosen = [m.chain[2], m.chain[4], m.chain[8], m.tree[8], m.tree[16]]
         if m.best is not None:
-            picks.add((m.best.kind, m.best.size))
+            chosen.append(m.best)
         if m.best_block is not None:         # block verification at its best γ, beside token-wise at that γ
-            picks |= {("block", m.best_block.size), ("chain", m.best_block.size)}
-        shapes = {}
-        for shape in ([m.best_shape] if m.best_shape is not None else []) + \
-                ([m.best_engine] if m.best_engine is not None and m.best_engine in m.shapes else []):
-            shapes[(shape.kind, shape.size, shape.gamma)] = shape       # the best sampled tree / M drafts
-        picks |= set(shapes)
-        ratios: dict[tuple, list[float]] = {p: [] for p in picks}
+            chosen += [m.best_block, m.chain[m.best_block.size]]
+        if m.best_shape is not None:         # the best sampled tree / M drafts (the engine's best, if a shape)
+            chosen.append(m.best_shape)
+        picks = sorted({s.label: s for s in chosen}.values(), key=lambda s: (s.kind, s.size, s.gamma or 0))
+        ratios: dict[str, list[float]] = {s.label: [] for s in picks}
         for k, ids in enumerate(prompt_ids):
-            per_prompt: dict[tuple, list[float]] = {p: [] for p in picks}
+            per_prompt: dict[str, list[float]] = {s.label: [] for s in picks}
             for stream in range(streams):
                 seed = derive_seed(advice.config.seed, "advise check", k, *((stream,) if stream else ()))
                 plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=seed)
                 base = plain.metrics.decode_tokens_per_second
-                for pick in sorted(picks, key=str):
-                    setting = shapes.get(pick) or Setting(kind=pick[0], size=pick[1], expected_tokens=0.0,
-                                                          draft_seconds=0.0, verified_tokens=0, predicted=0.0)
+                for setting in picks:
                     res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=seed,
                                              **setting.decode_kwargs())
-                    per_prompt[pick].append(res.metrics.decode_tokens_per_second / base)
-            for pick, values in per_prompt.items():
-                ratios[pick].append(statistics.fmean(values))
-        for pick, values in ratios.items():
-            if pick in shapes:
-                shapes[pick].measured = statistics.median(values)
-            else:
-                kind, size = pick
-                {"chain": m.chain, "block": m.block, "tree": m.tree}[kind][size].measured = statistics.median(values)
+                    per_prompt[setting.label].append(res.metrics.decode_tokens_per_second / base)
+            for label, values in per_prompt.items():
+                ratios[label].append(statistics.fmean(values))
+        for setting in picks:
+            setting.measured = statistics.median(ratios[setting.label])
 
 
 def measured_vs_predicted(advice: Advice) -> list[tuple[str, str, float, float, float]]:
