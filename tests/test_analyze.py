@@ -58,8 +58,9 @@ def test_reproduce_pankratov_quick_skip_llm(tmp_path):
 
 # ------------------------------------------------------------------ (a) moments
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sampled_moments_equal_direct_computation(pair, temperature):
-    target, _ = pair
+def test_sampled_moments_equal_direct_computation(backend_pair, temperature):
+    """H and m2 (read on the cached prompt after sampling) equal a fresh full forward's, on each backend."""
+    target, _ = backend_pair
     prompt = [3, 17, 5, 9]
     sample = moments.sample_with_moments(target, prompt, 12, temperature, torch.Generator().manual_seed(0))
     assert len(sample.tokens) == len(sample.H) == len(sample.m2) == 12
@@ -85,6 +86,24 @@ def test_sampled_moments_equal_direct_computation(pair, temperature):
     assert agg.mean_H2 <= agg.mu2
 
 
+def test_several_texts_per_prompt_are_one_cluster(pair):
+    """texts_per_prompt = 2: every prompt sampled twice from streams of its own (the first text is the one a
+    single-text run draws), each sample labelled with its prompt, the moments' SE taken across prompts."""
+    target, _ = pair
+    prompts = [[1, 2, 3], [5, 6], [9, 4, 4]]
+    one = moments.measure_moments(target, prompts, 6, 1.0, seed=3)
+    two = moments.measure_moments(target, prompts, 6, 1.0, seed=3, texts_per_prompt=2)
+    assert [s.prompt_index for s in two.samples] == [0, 0, 1, 1, 2, 2]
+    assert [s.tokens for s in two.samples[::2]] == [s.tokens for s in one.samples]
+    assert all(a.tokens != b.tokens for a, b in zip(two.samples[::2], two.samples[1::2]))
+    assert two.estimate.n_prompts == 3 and one.estimate.n_prompts == 3
+    with pytest.raises(SpecboundError, match="texts_per_prompt"):
+        moments.measure_moments(target, prompts, 6, 1.0, texts_per_prompt=0)
+    res = oracle.oracle_values(target, two.samples, (1, 4), 12, 1.0, 4)
+    assert [p.cluster for p in res.positions] == [two.samples[p.sample].prompt_index for p in res.positions]
+    assert res.n_clusters == 3 and res.n_samples == 6
+
+
 # ------------------------------------------------------------------ (b) oracle trees
 @pytest.mark.parametrize("width", [1, 4, 16])
 def test_batched_oracle_tree_equals_theory_optimal_tree(pair, width):
@@ -105,6 +124,42 @@ def test_batched_oracle_tree_equals_theory_optimal_tree(pair, width):
     for n in (1, 3, 10):
         assert run[n - 1] == pytest.approx(
             optimal_tree(lambda path: _direct_law(target, context + list(path), config), n).value, rel=1e-5)
+
+
+def test_pruned_and_guessed_prefetch_read_fewer_laws_and_keep_the_tree(pair):
+    """TargetLaws with the capacity (prefetch pruned) and a guessed chain (the target's greedy path, or
+    a path off the tree) builds the same T*(P) as unpruned reads; pruning reads fewer laws, and the
+    greedy guess fewer target calls."""
+    from specbound.decoding import TargetLaws
+
+    target, _ = pair
+    config = SamplingConfig(1.0)
+    context = [3, 17, 5, 9, 21]
+    greedy, node = [], ()
+    for _ in range(8):
+        node = node + (int(np.argmax(_direct_law(target, context + list(node), config))),)
+    greedy = list(node)
+
+    def build(**kw):
+        target.reset()
+        target.forward(torch.tensor([context[:-1]]))
+        laws = TargetLaws(target, context, config, width=8, **kw)
+        tree = optimal_tree(laws, 24)
+        laws.restore()
+        return tree, laws
+
+    ref, full = build()
+    for kw in ({"capacity": 24}, {"capacity": 24, "guess": greedy}, {"capacity": 24, "guess": [0, 1, 2, 3]},
+               {"guess": greedy, "max_depth": 3}):
+        tree, laws = build(**kw)
+        assert tree.nodes[: len(ref.nodes)] == ref.nodes or "max_depth" in kw, kw
+        assert tree.value == pytest.approx(ref.value, rel=1e-6) or "max_depth" in kw, kw
+    _, pruned = build(capacity=24)
+    assert len(pruned.laws) < len(full.laws)
+    _, guessed = build(capacity=24, guess=greedy)
+    assert guessed.reads <= pruned.reads
+    with pytest.raises(SpecboundError, match="capacity"):
+        build(capacity=0)
 
 
 def test_oracle_value_dominates_real_deterministic_trees(pair):
@@ -248,6 +303,14 @@ def test_oracle_values_slope_and_sample_clustered_se():
     assert doubled.se[2] < ov.se[2]                       # naive SE shrinks with copies ...
     assert doubled.se_by_sample[2] == pytest.approx(ov.se_by_sample[2], rel=1e-12)   # ... the honest one does not
     assert doubled.n_samples == 4 and doubled.n_positions == 8
+    # two texts of each prompt (samples 4..7 continue prompts 0..3): still four units, not eight
+    texts = _positions([0, 1, 2, 3, 4, 5, 6, 7])
+    for p in texts:
+        p.cluster = p.sample % 4
+    by_prompt = OracleValues(caps, rows + rows, texts, 4)
+    assert by_prompt.n_samples == 8 and by_prompt.n_clusters == 4
+    assert by_prompt.se_by_sample[2] == pytest.approx(ov.se_by_sample[2], rel=1e-12)
+    assert OracleValues(caps, rows + rows, _positions(range(8)), 4).se_by_sample[2] < ov.se_by_sample[2]
 
 
 def test_pankratov_claims_verdicts():

@@ -48,6 +48,7 @@ class AnalyzeConfig:
 
     n_prompts: int = 6                    # (a) prompts sampled for the moments
     tokens: int = 48                      # (a) tokens sampled per prompt (stops early at a stop token)
+    texts_per_prompt: int = 1             # (a) independent samples of every prompt (one cluster for SEs)
     capacities: tuple[int, ...] = DEFAULT_CAPACITIES
     temperature: float = 1.0
     oracle_positions: int = 10            # (b) positions (contexts) at which T*(P_max) is built
@@ -77,7 +78,7 @@ class AnalyzeConfig:
                 and self.temperature > 0):
             raise SpecboundError(f"temperature must be > 0 (at T = 0 the entropy is 0 and the bounds are void), "
                                  f"got {self.temperature!r}")
-        for name in ("n_prompts", "tokens", "oracle_width", "cost_repeats"):
+        for name in ("n_prompts", "tokens", "texts_per_prompt", "oracle_width", "cost_repeats"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecboundError(f"{name} must be an integer >= 1, got {value!r}")
@@ -251,7 +252,8 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
         pb = bar if progress else None
         t0 = time.perf_counter()
         mom = measure_moments(target, prompt_ids[:cfg.n_prompts], cfg.tokens, T, cfg.seed, pb,
-                              label=f"{set_name} (a) target moments", journal=journal, key=key + "moments")
+                              label=f"{set_name} (a) target moments", journal=journal, key=key + "moments",
+                              texts_per_prompt=cfg.texts_per_prompt)
         timings["moments"] = time.perf_counter() - t0
         est = mom.estimate
         log(f"[{set_name}] mu={est.mu:.4f}±{est.se_mu:.4f}  mu2={est.mu2:.4f}±{est.se_mu2:.4f}  "

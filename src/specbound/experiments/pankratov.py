@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -217,20 +217,42 @@ def moments_table(model, model_name: str, prompts_by_set: dict, cfg: AnalyzeConf
     return rows
 
 
+#: Sizes of the full run per prompt set, chosen for the oracle's precision target (SE of E[X*](P) ≤ 5%
+#: of its value at P = 4, 16, 64, the texts of one prompt as one unit). Most of the variance is between
+#: prompts (docs/reproductions.md, "sizing"), so the run spends its time on many prompts with one or two
+#: positions each: the 2026-12-05 variance split (16 texts × 6 positions) predicts ≈ 4.2% (HumanEval,
+#: P = 64), 3.6–5.1% (MT-Bench, 80 questions × 2 texts × 2 positions; the upper end if texts of one
+#: question were fully correlated), ≈ 3.6% (GSM8K). MT-Bench has only 80 first-turn questions, hence
+#: its second text per question.
+FULL_SET_SIZES = {
+    "humaneval": dict(n_prompts=160, oracle_positions=240),
+    "mtbench": dict(n_prompts=80, texts_per_prompt=2, oracle_positions=320),
+    "gsm8k": dict(n_prompts=96, oracle_positions=128),
+}
+#: The draft's own moments (the model-order claims) are measured on the first prompts of each set only.
+DRAFT_TABLE_PROMPTS = 32
+
+
 def llm_configs(quick: bool) -> tuple[AnalyzeConfig, tuple[str, ...]]:
-    """(configuration, sets analysed for Fig. 2). The moments table always covers all of :data:`SETS`."""
+    """(base configuration, sets analysed for Fig. 2); :func:`set_config` gives each set's sizes. The
+    moments table always covers all of :data:`SETS`."""
     if quick:
         cfg = AnalyzeConfig.quick(n_prompts=1, tokens=8, capacities=(1, 4, 8), oracle_positions=1,
                                   oracle_sd_capacities=(4,), oracle_sd_tokens=8, drafter_prompts=1,
                                   drafter_tokens=8, cost_repeats=1)
         return cfg, SETS[:1]
-    # full run (int8 target, 2 cores, quiet machine): 38 min measured (2026-12-05). One T*(64) costs 2-8 s,
-    # exact drafter values 5-7 s per position. 96 oracle positions from 16 sampled texts give an SE of
-    # E[X*](P) by text of 3-12% of its value at P = 4..64; 5% would need ~130-160 texts (docs/reproductions.md)
-    cfg = AnalyzeConfig(n_prompts=16, tokens=40, capacities=(1, 2, 4, 8, 16, 32, 64), oracle_positions=96,
-                        drafter_positions=24, oracle_width=12, oracle_sd_capacities=(1, 8, 64), oracle_sd_prompts=1,
+    # full run (kquant target compiled, int8 draft, 2 cores, quiet machine). One T*(64) costs 1-4 s
+    # (pruned prefetch, the sampled continuation read as one chain), a sampled text of 24 tokens ~2 s,
+    # exact drafter values 5-7 s per position.
+    cfg = AnalyzeConfig(n_prompts=16, tokens=24, capacities=(1, 2, 4, 8, 16, 32, 64), oracle_positions=96,
+                        drafter_positions=12, oracle_width=12, oracle_sd_capacities=(1, 8, 64), oracle_sd_prompts=1,
                         oracle_sd_tokens=24, drafter_prompts=1, drafter_tokens=32, cost_repeats=3)
     return cfg, SETS
+
+
+def set_config(cfg: AnalyzeConfig, set_name: str, quick: bool) -> AnalyzeConfig:
+    """The configuration one prompt set runs with: ``cfg`` and, in a full run, :data:`FULL_SET_SIZES`."""
+    return cfg if quick else replace(cfg, **FULL_SET_SIZES.get(set_name, {}))
 
 
 @dataclass
@@ -274,11 +296,16 @@ class Settings:
 
     quick: bool = False
     skip_llm: bool = False
-    target_precision: str = "int8"         # the target measured (int8: the quantised target, 3-4x cheaper per pass)
+    target_precision: str = "kquant"       # the target measured: the packaged GGUF's K-quants (generate's default)
 
     def llm_config(self) -> tuple[AnalyzeConfig, tuple[str, ...]]:
         """(configuration of the real-model parts, sets analysed for Fig. 2): :func:`llm_configs`."""
         return llm_configs(self.quick)
+
+    def set_sizes(self) -> dict[str, AnalyzeConfig]:
+        """Each prompt set's configuration (:func:`set_config`)."""
+        cfg, _ = self.llm_config()
+        return {s: set_config(cfg, s, self.quick) for s in SETS}
 
 
 def run(settings: Settings, progress: bool = True, journal: PartialResults | None = None,
@@ -304,7 +331,7 @@ def run(settings: Settings, progress: bool = True, journal: PartialResults | Non
             cfg, fig_sets = settings.llm_config()
             result.llm_config = cfg
             result.llm = run_llm(cfg, fig_sets, progress, log=log, journal=journal,
-                                 precision=settings.target_precision)
+                                 precision=settings.target_precision, quick=settings.quick)
             result.claims = claims(result.llm)
     result.seconds = time.perf_counter() - t0
     result.finished = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -312,9 +339,11 @@ def run(settings: Settings, progress: bool = True, journal: PartialResults | Non
 
 
 def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
-            journal: PartialResults | None = None, precision: str = "int8") -> LLMStudy:
-    """(i) and (ii) on the packaged models (loads them — the target at ``precision``, the int8 draft;
-    every unit goes through ``journal``)."""
+            journal: PartialResults | None = None, precision: str = "kquant", quick: bool = True) -> LLMStudy:
+    """(i) and (ii) on the packaged models (loads them — the target at ``precision``, compiled when it is
+    quantised, and the int8 draft; every unit goes through ``journal``); each set with
+    :func:`set_config` (the full sizes unless ``quick``), the draft's table on its first
+    :data:`DRAFT_TABLE_PROMPTS` prompts."""
     import torch
 
     from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
@@ -324,9 +353,10 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     journal = journal if journal is not None else no_journal()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
-    prompts_by_set = {s: load_prompts(s, cfg.n_prompts) for s in SETS}
+    configs = {s: set_config(cfg, s, quick) for s in SETS}
+    prompts_by_set = {s: load_prompts(s, configs[s].n_prompts) for s in SETS}
     t0 = time.perf_counter()
-    target = load_model(DEFAULT_TARGET, progress=progress, precision=precision)
+    target = load_model(DEFAULT_TARGET, progress=progress, precision=precision, compiled=precision != "fp32")
     draft8 = load_model(DEFAULT_DRAFT, progress=progress, int8=True)
     timings["load_target_and_int8_draft"] = time.perf_counter() - t0
     target_kernels = target.info.kernels
@@ -335,20 +365,21 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     for s in SETS:
         if s in fig_sets:
             log(f"== analysing {s} (moments, oracle, drafters, costs)")
-            res = analyze_set(target, draft8, s, cfg, prompts=prompts_by_set[s], progress=progress, log=log,
+            res = analyze_set(target, draft8, s, configs[s], prompts=prompts_by_set[s], progress=progress, log=log,
                               journal=journal)
             analyses.append(res)
             table_rows.append(MomentRow(model=target_label, set=s, moments=res.moments))
             timings[f"analyze_{s}"] = sum(res.timings.values())
         else:
             with progress_bar(progress) as bar:
-                table_rows += moments_table(target, target_label, {s: prompts_by_set[s]}, cfg,
+                table_rows += moments_table(target, target_label, {s: prompts_by_set[s]}, configs[s],
                                             bar if progress else None, log, journal)
     del target
     gc.collect()
     t0 = time.perf_counter()
     with progress_bar(progress) as bar:          # the draft the analyses used, on its own samples
-        table_rows += moments_table(draft8, f"{DEFAULT_DRAFT} (draft, int8)", prompts_by_set, cfg,
+        table_rows += moments_table(draft8, f"{DEFAULT_DRAFT} (draft, int8)",
+                                    {s: p[:DRAFT_TABLE_PROMPTS] for s, p in prompts_by_set.items()}, cfg,
                                     bar if progress else None, log, journal)
     del draft8
     gc.collect()
@@ -363,7 +394,8 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
         t0 = time.perf_counter()
         model = load_model(name, progress=progress)
         with progress_bar(progress) as bar:
-            table_rows += moments_table(model, label, prompts_by_set, cfg, bar if progress else None, log, journal)
+            table_rows += moments_table(model, label, {s: p[:DRAFT_TABLE_PROMPTS] for s, p in prompts_by_set.items()},
+                                        cfg, bar if progress else None, log, journal)
         del model
         gc.collect()
         timings[f"table_{name}"] = time.perf_counter() - t0
@@ -391,10 +423,11 @@ def augment(result: PankratovResult, progress: bool = True, log=print) -> Pankra
             continue
         cfg = res.config
         ids = encode_prompts(target, load_prompts(res.set, cfg.n_prompts))
-        for sample, p, length in zip(res.samples, ids, res.prompt_ids_lengths):
+        for p, length in zip(ids, res.prompt_ids_lengths):
             if len(p) != length:
                 raise SpecboundError(f"{res.set}: a prompt encodes to {len(p)} tokens, the run had {length}")
-            sample.prompt = p
+        for i, sample in enumerate(res.samples):
+            sample.prompt = ids[sample.prompt_index if sample.prompt_index >= 0 else i]
         positions = [(d.sample, d.position) for d in res.oracle.positions]
         t1 = time.perf_counter()
         with progress_bar(progress) as bar:
@@ -443,6 +476,7 @@ class OraclePrecision:
     se_by_sample: list[float]
     relative_se: list[float]
     target_met: bool
+    prompts: int = 0                # the units of the SE (texts of one prompt are one unit)
 
 
 @dataclass
@@ -610,7 +644,8 @@ def oracle_precision(analysis: SetAnalysis) -> OraclePrecision:
     se = [o.se_by_sample[j] for j in idx]
     rel = [s / v if v else float("nan") for s, v in zip(se, value)]
     return OraclePrecision(analysis.set, o.n_positions, o.n_samples, Ps, value, se, rel,
-                           bool(rel) and all(math.isfinite(r) and r <= PRECISION_TARGET for r in rel))
+                           bool(rel) and all(math.isfinite(r) and r <= PRECISION_TARGET for r in rel),
+                           prompts=o.n_clusters or o.n_samples)
 
 
 def claims(llm: LLMStudy) -> Claims:

@@ -21,11 +21,11 @@ def claims_markdown(c: Claims, seconds: float, sizes: str) -> str:
          f"Sizes: {sizes}. Time: {seconds / 60:.1f} min for the whole reproduction. **{c.decided} of {c.total}** "
          "real-model claims below are decided at 95% (\"not decided\" means the interval does not separate the "
          "alternatives at this size). Intervals are normal 95% intervals (±1.96 SE); E[X*] SEs count the positions "
-         "of one sampled text as one unit (they are correlated), μ SEs are across prompts.", "",
+         "of one prompt's sampled texts as one unit (they are correlated), μ SEs are across prompts.", "",
          f"**Oracle precision** (target: SE ≤ {PRECISION_TARGET:.0%} of E[X*](P)):", "",
-         md_table(["set", "positions (texts)"] + [f"E[X*]({P}) ± SE (SE/value)" for P in c.oracle_precision[0].P]
+         md_table(["set", "positions (texts, prompts)"] + [f"E[X*]({P}) ± SE (SE/value)" for P in c.oracle_precision[0].P]
                   + ["target met"],
-                  [[o.set, f"{o.positions} ({o.samples})"]
+                  [[o.set, f"{o.positions} ({o.samples}, {o.prompts or o.samples})"]
                    + [f"{fmt(v, 3)} ± {fmt(se, 3)} ({r:.1%})" for v, se, r in zip(o.value, o.se_by_sample, o.relative_se)]
                    + ["yes" if o.target_met else "NO"] for o in c.oracle_precision]) if c.oracle_precision else "–", "",
          "**Growth of the oracle: slope of E[X*] against ln P vs 1/μ** (§3.3: E[X*] ≈ ln(μP)/μ + μ₂/(2μ²) − 1 for "
@@ -72,13 +72,20 @@ def table_markdown(rows: list[MomentRow]) -> str:
                              for r, m in ((r, r.moments) for r in rows)])
 
 
+def _texts(cfg) -> str:
+    texts = getattr(cfg, "texts_per_prompt", 1)
+    return f"{cfg.n_prompts} prompts" + (f" × {texts} texts" if texts > 1 else "")
+
+
 def _llm_sections(result: PankratovResult) -> list[str]:
     llm, cfg = result.llm, result.llm_config
+    counts = "; ".join(f"{res.set} {_texts(res.config)}" for res in llm.analyses) or f"{cfg.n_prompts} prompts"
     lines = ["## (i) Table in kind: surprisal moments per model × prompt set", "",
-             f"Each model samples its own continuations at T = {cfg.temperature:g} (no top-k/top-p) from the first "
-             f"{cfg.n_prompts} prompts of each set, up to {cfg.tokens} tokens each (stopping at EOS); H and Σ p ln² p "
-             "are evaluated at every generated position. SEs are across prompts (positions within a sample are "
-             "correlated)."]
+             f"Each model samples its own continuations at T = {cfg.temperature:g} (no top-k/top-p), up to "
+             f"{cfg.tokens} tokens each (stopping at EOS), from the first prompts of each set — the target: {counts}; "
+             "the other models: the first prompts listed in the positions column. H and Σ p ln² p are evaluated at "
+             "every generated position. SEs are across prompts (positions within a sample are correlated, and "
+             "samples of one prompt too)."]
     if llm.skipped_models:
         lines.append(f"Skipped: {', '.join(llm.skipped_models)}.")
     lines += ["", table_markdown(llm.table), "", "![moments](moments.png)", "",
@@ -129,9 +136,11 @@ def report_markdown(result: PankratovResult) -> str:
     else:
         if result.claims is not None:
             cfg = result.llm_config
-            sizes = (f"per set {cfg.n_prompts} prompts × up to {cfg.tokens} sampled tokens for the moments, "
-                     f"{cfg.oracle_positions} oracle positions (one T*({max(cfg.capacities)}) each), exact drafter "
-                     f"values at {cfg.drafter_positions if cfg.drafter_positions is not None else 'every'} of them")
+            per_set = "; ".join(f"{res.set}: {_texts(res.config)}, {res.config.oracle_positions} oracle positions"
+                                for res in result.llm.analyses)
+            sizes = (f"up to {cfg.tokens} sampled tokens per text for the moments ({per_set}; one "
+                     f"T*({max(cfg.capacities)}) per position), exact drafter values at "
+                     f"{cfg.drafter_positions if cfg.drafter_positions is not None else 'every'} of the positions")
             lines += [claims_markdown(result.claims, result.seconds, sizes), ""]
         lines += _llm_sections(result)
     synth = result.synthetic

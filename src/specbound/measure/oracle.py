@@ -23,11 +23,11 @@ from ..seeds import derive_seed
 from ..theory.trees import PathTree, optimal_tree
 from .journal import PartialResults, no_journal
 from .llm import PromptContext
-from .moments import MomentSample
+from .moments import MomentSample, prompt_clusters
 from .records import Stage
 from .stats import cluster_mean_se, fit_log_slope, mean_se
 
-__all__ = ["OraclePosition", "OracleSD", "OracleSDRow", "OracleValues", "SDRun", "TreeRead", "choose_positions",
+__all__ = ["ORACLE_GUESS_TOKENS", "OraclePosition", "OracleSD", "OracleSDRow", "OracleValues", "SDRun", "TreeRead", "choose_positions",
            "contexts_at", "oracle_sd", "oracle_tree_at", "oracle_values"]
 
 
@@ -46,10 +46,25 @@ class TreeRead:
 
 @dataclass
 class OraclePosition(TreeRead):
+    """Where T*(P_max) was built: sample index, generated position, and ``cluster`` — the prompt the
+    sample continues (texts of one prompt are one unit for standard errors; −1 in records written
+    before a prompt could be sampled more than once: then the sample is its own unit)."""
+
     sample: int = 0
     position: int = 0
     value_at_pmax: float = float("nan")
     entropy_at_position: float = float("nan")
+    cluster: int = -1
+
+    @property
+    def unit(self) -> int:
+        return self.cluster if self.cluster >= 0 else -(self.sample + 1)
+
+
+#: Tokens of the target's own sampled continuation read as one guessed chain before the oracle's
+#: best-first search (:class:`~specbound.decoding.TargetLaws`): a deep, narrow T*(P) then costs one
+#: read for the levels the sample shares with it instead of one read per level.
+ORACLE_GUESS_TOKENS = 32
 
 
 #: The oracle's growth E[X*] against ln P is fitted over the capacities from here up (P = 1, 2 are far
@@ -62,8 +77,9 @@ class OracleValues:
     """E[X | T*(P)] per position and capacity (``per_position[i][j]``: position i, ``capacities[j]``).
 
     Derived on construction: ``mean``; ``se`` over positions as if independent; ``se_by_sample`` with
-    the positions of one sampled text as one unit (positions of one text are correlated: it is the
-    honest one); ``slope`` ± ``slope_se`` (by sample) — the mean over positions of each position's
+    the positions of one prompt's sampled texts as one unit (positions of one text are correlated, and
+    texts of one prompt too: it is the honest one); ``slope`` ± ``slope_se`` (by prompt) — the mean
+    over positions of each position's
     least-squares slope of E[X | T*(P)] against ln P over ``slope_capacities`` (P ≥ :data:`SLOPE_FROM_P`),
     the quantity Pankratov & Alistarh's asymptotics put at 1/μ."""
 
@@ -76,6 +92,7 @@ class OracleValues:
     se_by_sample: list[float] = field(default_factory=list)
     n_positions: int = 0
     n_samples: int = 0
+    n_clusters: int = 0
     slope_capacities: list[int] = field(default_factory=list)
     slope: float = float("nan")
     slope_se: float = float("nan")
@@ -87,9 +104,10 @@ class OracleValues:
         arr = np.asarray(self.per_position, dtype=np.float64).reshape(-1, len(caps))
         n = arr.shape[0]
         nan = [float("nan")] * len(caps)
-        samples = [p.sample for p in self.positions]
+        samples = [p.unit for p in self.positions]
         self.n_positions = n
-        self.n_samples = len(set(samples))
+        self.n_samples = len({p.sample for p in self.positions})
+        self.n_clusters = len(set(samples))
         self.mean = arr.mean(axis=0).tolist() if n else nan
         self.se = (arr.std(axis=0, ddof=1) / math.sqrt(n)).tolist() if n > 1 else nan
         self.se_by_sample = ([cluster_mean_se(arr[:, j], samples)[1] for j in range(len(caps))]
@@ -105,8 +123,9 @@ class OracleValues:
 
 
 def oracle_tree_at(model, context: list[int], capacity: int, temperature: float = 1.0, width: int = 8,
-                   config: SamplingConfig | None = None) -> tuple[PathTree, TreeRead]:
-    """T*(P) of the target's law after ``context`` (Pankratov & Alistarh 2026, §2) with batched reads.
+                   config: SamplingConfig | None = None, guess=()) -> tuple[PathTree, TreeRead]:
+    """T*(P) of the target's law after ``context`` (Pankratov & Alistarh 2026, §2) with batched reads
+    (:class:`~specbound.decoding.TargetLaws`: prefetching pruned by P, ``guess`` read as one chain).
 
     The model's cache must hold a prefix of ``context``; its length is restored. The tree's
     ``path_probs`` are in best-first order: their running sums are E[X | T*(n)] for n ≤ P.
@@ -114,7 +133,7 @@ def oracle_tree_at(model, context: list[int], capacity: int, temperature: float 
     config = config or SamplingConfig(float(temperature))
     before = model.cache_length
     t0 = time.perf_counter()
-    laws = TargetLaws(model, context, config, width=width)
+    laws = TargetLaws(model, context, config, width=width, capacity=capacity, guess=guess)
     try:
         tree = optimal_tree(laws, capacity)
     finally:
@@ -168,6 +187,7 @@ def oracle_values(model, samples: list[MomentSample], capacities, positions_want
     caps = [int(c) for c in capacities]
     pmax = max(caps)
     stage = Stage(progress, f"oracle T*({pmax}) at positions", len(positions))
+    clusters = [max(c, -1) for c in prompt_clusters(samples)]
     ctx = PromptContext(model)
     config = SamplingConfig(float(temperature))
 
@@ -175,11 +195,12 @@ def oracle_values(model, samples: list[MomentSample], capacities, positions_want
         s = samples[i]
         context = contexts_at(samples, [(i, j)])[0]
         ctx.set(context)
-        tree, read = oracle_tree_at(model, context, pmax, width=width, config=config)
+        tree, read = oracle_tree_at(model, context, pmax, width=width, config=config,
+                                    guess=s.tokens[j:j + ORACLE_GUESS_TOKENS])
         running = np.cumsum(np.asarray(tree.path_probs, dtype=np.float64))
         position = OraclePosition(**vars(read), sample=i, position=j,
                                   value_at_pmax=float(running[-1]) if running.size else 0.0,
-                                  entropy_at_position=float(s.H[j]))
+                                  entropy_at_position=float(s.H[j]), cluster=clusters[i])
         return _OracleUnit(position, _at_capacities(running, caps))
 
     rows, details = [], []

@@ -19,9 +19,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's choice; 1 is far faster on a shared CPU)")
-    parser.add_argument("--target-precision", choices=("int8", "fp32"), default="int8",
-                        help="the target measured: int8 (default; the quantised target, 3-4x cheaper per pass) or "
-                             "fp32")
+    parser.add_argument("--target-precision", choices=("kquant", "int8", "fp32"), default="kquant",
+                        help="the target measured: kquant (default; the packaged GGUF's Q4_K/Q6_K weights, what "
+                             "`generate` runs), int8 (per-channel int8 on torch) or fp32")
     parser.add_argument("--augment", action="store_true",
                         help="add exact per-position drafter values to an earlier run in --out and re-render")
     parser.add_argument("--resume", action="store_true",
@@ -60,6 +60,7 @@ def run(args) -> int:
     if not settings.skip_llm:
         cfg, _ = settings.llm_config()
         journal = PartialResults(Path(out) / PARTIAL_NAME, {"study": "reproduce pankratov", "config": to_jsonable(cfg),
+                                                            "set_sizes": to_jsonable(settings.set_sizes()),
                                                             "target_precision": settings.target_precision},
                                  resume=args.resume)
     result = run_study(settings, progress, journal)

@@ -6,9 +6,13 @@ accepted length is E[X | T*] (stored in :attr:`DraftTree.value`). :class:`Target
 :func:`specbound.theory.optimal_tree` with the target's processed laws, read through the target's
 cache in batches: a miss reads the requested node together with up to ``width − 1`` prefetched
 nodes (the unread children with the largest path probability — the order in which the best-first
-search expands), attached under their cached parents. Prefetching never changes the laws, hence
-never the tree; it only saves target calls. The target's cache is restored to its committed prefix
-afterwards, so verification is untouched; the oracle's target reads count as draft calls.
+search expands), attached under their cached parents. Given the capacity P, a prefetch candidate is
+skipped when P known nodes already have a larger path probability (it cannot enter T*(P)); given a
+``guess`` (a path the target is likely to take, e.g. its own sampled continuation), the whole guessed
+chain is read in one call, so a deep, narrow tree costs one read instead of one per level.
+Prefetching never changes the laws, hence never the tree; it only saves target calls. The target's
+cache is restored to its committed prefix afterwards, so verification is untouched; the oracle's
+target reads count as draft calls.
 """
 from __future__ import annotations
 
@@ -32,19 +36,28 @@ __all__ = ["OracleTreeDrafter", "TargetLaws", "draft_tree_from_optimal"]
 class TargetLaws:
     """``next_probs(path)`` for :func:`~specbound.theory.optimal_tree`: the target's processed law
     (float64) after the committed tokens + ``path``, read in batches of ``width``. Paths of length
-    ≥ ``max_depth`` get a uniform placeholder law without a read (their nodes are dropped later)."""
+    ≥ ``max_depth`` get a uniform placeholder law without a read (their nodes are dropped later).
+
+    ``capacity`` (the P of the tree being searched) prunes prefetching: a candidate whose path
+    probability is below the P-th largest known one is never prefetched. ``guess`` (tokens after the
+    committed ones) is read as one chain right after the root. Neither changes any law."""
 
     def __init__(self, model: LanguageModel, committed: list[int], sampling: SamplingConfig, width: int = 8,
-                 max_depth: int | None = None):
+                 max_depth: int | None = None, capacity: int | None = None, guess=()):
         self.model, self.sampling = model, sampling
         self.width = positive_int(width, "width (target reads per oracle call)")
         self.max_depth = max_depth
+        self.capacity = None if capacity is None else positive_int(capacity, "capacity P")
         self.cache = DraftCache(model)
         self.ids: dict[tuple[int, ...], int] = {(): -1}
         self.laws: dict[tuple[int, ...], np.ndarray] = {}
         self.path_prob: dict[tuple[int, ...], float] = {(): 1.0}
         self.frontier: list[tuple[float, tuple[int, ...]]] = []   # (−p(v), v): unread children
+        self._largest: list[float] = []          # min-heap of the P largest known path probabilities
         self._learn((), self._probs(self.cache.start(committed)[None])[0])
+        guess = [int(t) for t in guess][: None if max_depth is None else max(max_depth - 1, 0)]
+        if guess:
+            self._read([tuple(guess[:d]) for d in range(1, len(guess) + 1)])
 
     @property
     def reads(self) -> int:
@@ -53,6 +66,23 @@ class TargetLaws:
     def _probs(self, logits: torch.Tensor) -> np.ndarray:
         probs = logits_to_probs(logits, self.sampling, self.model.name).to(torch.float64)
         return (probs / probs.sum(-1, keepdim=True)).numpy()
+
+    def _know(self, path: tuple[int, ...], prob: float) -> None:
+        """Record a node's path probability (once) and keep the P largest known ones."""
+        if path in self.path_prob:
+            return
+        self.path_prob[path] = prob
+        if self.capacity is not None:
+            if len(self._largest) < self.capacity:
+                heapq.heappush(self._largest, prob)
+            elif prob > self._largest[0]:
+                heapq.heapreplace(self._largest, prob)
+
+    def _cannot_enter(self, path: tuple[int, ...]) -> bool:
+        """P known nodes are more probable than ``path`` (their ancestors are more probable still), so
+        ``path`` is not in T*(P)."""
+        return (self.capacity is not None and len(self._largest) == self.capacity
+                and self.path_prob[path] < self._largest[0])
 
     def _learn(self, path: tuple[int, ...], probs: np.ndarray) -> None:
         self.laws[path] = probs
@@ -64,8 +94,19 @@ class TargetLaws:
             pa = float(probs[a])
             if pa > 0:
                 child = path + (a,)
-                self.path_prob[child] = base * pa
+                self._know(child, base * pa)
                 heapq.heappush(self.frontier, (-base * pa, child))
+
+    def _read(self, batch: list[tuple[int, ...]]) -> None:
+        """One target call for ``batch`` (each node's parent is read already or earlier in the batch)."""
+        nodes = []
+        for p in batch:
+            self.ids[p] = len(self.ids)
+            nodes.append(self.ids[p])
+        rows = self.cache.read(nodes, [p[-1] for p in batch], [self.ids[p[:-1]] for p in batch])
+        for p, row in zip(batch, self._probs(rows)):
+            self._know(p, self.path_prob[p[:-1]] * float(self.laws[p[:-1]][p[-1]]))
+            self._learn(p, row)
 
     def __call__(self, path) -> np.ndarray:
         path = tuple(path)
@@ -77,16 +118,9 @@ class TargetLaws:
             batch = [path]
             while self.frontier and len(batch) < self.width:
                 _, cand = heapq.heappop(self.frontier)
-                if cand not in self.laws and cand != path:
+                if cand not in self.laws and cand != path and not self._cannot_enter(cand):
                     batch.append(cand)
-            nodes = []
-            for p in batch:
-                self.ids[p] = len(self.ids)
-                nodes.append(self.ids[p])
-            rows = self.cache.read(nodes, [p[-1] for p in batch], [self.ids[p[:-1]] for p in batch])
-            for p, row in zip(batch, self._probs(rows)):
-                self.path_prob.setdefault(p, self.path_prob[p[:-1]] * float(self.laws[p[:-1]][p[-1]]))
-                self._learn(p, row)
+            self._read(batch)
         return self.laws[path]
 
     def restore(self) -> None:
@@ -126,7 +160,8 @@ class OracleTreeDrafter(Drafter):
         pass                         # the engine prefills the target; the oracle has no model of its own
 
     def propose(self, committed, max_depth, generator):
-        laws = TargetLaws(self.target, committed, self.sampling, width=self.width, max_depth=max_depth)
+        laws = TargetLaws(self.target, committed, self.sampling, width=self.width, max_depth=max_depth,
+                          capacity=self.capacity)
         try:
             tree = optimal_tree(laws, self.capacity)
         finally:
