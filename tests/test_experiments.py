@@ -58,6 +58,7 @@ def test_out_under_a_file_is_refused(tmp_path):
     (["reproduce", "pankratov", "--threads", "0"], "--threads must be >= 1"),
     (["analyze", "--prompts", "builtin", "--n-prompts", "0"], "--n-prompts must be >= 1"),
     (["analyze", "--prompts", "builtin", "--tokens", "-2"], "--tokens must be >= 1"),
+    (["analyze", "--prompts", "builtin", "--texts-per-prompt", "0"], "--texts-per-prompt must be >= 1"),
     (["analyze", "--prompts", "builtin", "--oracle-positions", "-1"], "--oracle-positions must be >= 0"),
     (["analyze", "--prompts", "builtin", "--temperature", "0"], "temperature must be > 0"),
     (["analyze", "--prompts", "nope"], "unknown prompt set 'nope'"),

@@ -19,6 +19,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--capacities", type=int_list(minimum=1), default=None, help="capacities P (default 1,2,4,...,64)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0), default 1")
     parser.add_argument("--tokens", type=int, default=None, help="sampled tokens per prompt for the moments")
+    parser.add_argument("--texts-per-prompt", type=int, default=None,
+                        help="independent samples of every prompt (default 1; one unit for standard errors)")
     parser.add_argument("--oracle-positions", type=int, default=None, help="positions for exact T*(P) (default 10)")
     parser.add_argument("--drafter-prompts", type=int, default=None)
     parser.add_argument("--drafter-tokens", type=int, default=None)
@@ -36,11 +38,12 @@ def config_from_args(args):
     """The validated :class:`~specbound.experiments.analyze.AnalyzeConfig` (SpecboundError on bad values)."""
     from ..experiments.analyze import AnalyzeConfig
 
-    at_least(args, 1, "n_prompts", "tokens")
+    at_least(args, 1, "n_prompts", "tokens", "texts_per_prompt")
     at_least(args, 0, "oracle_positions", "drafter_prompts", "drafter_tokens", "seed")
     cfg = AnalyzeConfig.quick() if args.quick else AnalyzeConfig()
-    updates = {key: getattr(args, key) for key in ("n_prompts", "tokens", "oracle_positions", "drafter_prompts",
-                                                   "drafter_tokens") if getattr(args, key, None) is not None}
+    updates = {key: getattr(args, key) for key in ("n_prompts", "tokens", "texts_per_prompt", "oracle_positions",
+                                                   "drafter_prompts", "drafter_tokens")
+               if getattr(args, key, None) is not None}
     if getattr(args, "capacities", None):
         updates["capacities"] = tuple(args.capacities)
         if cfg.oracle_sd_capacities is not None:
