@@ -354,3 +354,15 @@ def test_pankratov_claims_on_tiny_analyses(pair):
         assert s.verdict.split(" ")[0] in ("slope", "consistent", "not")
     assert c.set_order[0].verdict.split(":")[0] in ("confirmed at 95%", "contradicted at 95%", "not decided")
     assert 0 <= c.decided <= c.total == 2 + 1 + 2
+    from specbound.experiments.pankratov_report import claims_markdown
+    from specbound.measure.stats import variance_split
+
+    for o, a in zip(c.oracle_precision, analyses):        # the split is the measured one, per P
+        j = a.oracle.capacities.index(16)
+        col = [row[j] for row in a.oracle.per_position]
+        b, w = variance_split(col, [p.unit for p in a.oracle.positions])
+        assert (o.between_var[1], o.within_var[1]) == pytest.approx((b, w), nan_ok=True)
+        if o.set_prompts and math.isfinite(b) and o.value[1] > 0:
+            assert o.floor_relative_se[1] == pytest.approx(math.sqrt(b / o.set_prompts) / o.value[1])
+    text = claims_markdown(c, 60.0, "tiny")
+    assert "Where the error comes from" in text and "| humaneval | 16 |" in text

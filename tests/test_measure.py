@@ -140,3 +140,46 @@ def test_positions_evenly_spread_or_drawn_at_random():
     assert contexts_at(texts, [(0, 0), (0, 2), (2, 3)]) == [[9, 8], [9, 8, 1, 2], [6, 4, 5, 0]]
     with pytest.raises(ValueError):
         choose_positions(texts, 2, spread="uniform")
+
+
+def _random_effects(seed, clusters, sigma_b2, sigma_w2):
+    """Values y = a_c + e with a_c ~ N(0, σ_b²) per cluster and e ~ N(0, σ_w²); 1–3 values per cluster."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 4, size=clusters)
+    labels = np.repeat(np.arange(clusters), sizes)
+    y = rng.normal(0, np.sqrt(sigma_b2), clusters)[labels] + rng.normal(0, np.sqrt(sigma_w2), labels.size)
+    return y, labels.tolist(), sizes
+
+
+def test_variance_split_recovers_between_and_within_variances():
+    """One-way random effects, 2000 clusters of 1–3 values (≈ 4000 values), σ_b² = 4, σ_w² = 9.
+    Standard errors of the estimators (normal theory): Var(σ̂_w²) = 2σ_w⁴/(N − k) → SE ≈ 0.40 with
+    N − k ≈ 2000; Var(σ̂_b²) ≈ 2(σ_b² + σ_w²/n₀)²/(k − 1) with n₀ ≈ 2 → SE ≈ 0.54. Tolerance 4 SE.
+    A split that ignores the clusters (all variance "within") must fail the same check."""
+    from specbound.measure.stats import variance_split
+
+    y, labels, _ = _random_effects(7, 2000, 4.0, 9.0)
+    sb2, sw2 = variance_split(y, labels)
+    assert abs(sw2 - 9.0) <= 4 * 0.40
+    assert abs(sb2 - 4.0) <= 4 * 0.54
+    pooled = float(np.var(y, ddof=1))             # the mutant: every value its own cluster, no between part
+    assert abs(pooled - 9.0) > 4 * 0.40
+    # a design where every cluster holds one value cannot separate the two: σ_w² undefined
+    sb2_1, sw2_1 = variance_split([1.0, 2.0, 4.0], [0, 1, 2])
+    assert np.isnan(sw2_1) and np.isnan(sb2_1)
+    with pytest.raises(ValueError, match="cluster labels"):
+        variance_split([1.0, 2.0], [0])
+
+
+def test_variance_split_predicts_the_cluster_robust_se():
+    """σ_b² Σmᵢ²/N² + σ_w²/N (the variance of the size-weighted mean of clusters of mᵢ values, N = Σmᵢ)
+    from the split equals the squared cluster-robust SE of the mean within 20% on 400 clusters (the SE
+    of an SE² estimate with 400 clusters is ≈ √(2/400) = 7%: 20% ≈ 3 SE)."""
+    from specbound.measure.stats import cluster_mean_se, variance_split
+
+    y, labels, sizes = _random_effects(11, 400, 4.0, 9.0)
+    sb2, sw2 = variance_split(y, labels)
+    N = float(sizes.sum())
+    predicted = sb2 * float((sizes ** 2).sum()) / N ** 2 + sw2 / N
+    se = cluster_mean_se(y, labels)[1]
+    assert abs(predicted / se ** 2 - 1) < 0.20

@@ -28,7 +28,7 @@ from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import encode_prompts
 from ..measure.moments import measure_moments
 from .report import omitted_if_none, progress_bar
-from ..measure.stats import Z95, fit_log_slope
+from ..measure.stats import Z95, fit_log_slope, variance_split
 from ..seeds import derive_seed
 
 __all__ = ["IDENTICAL_CASES", "BoundClaim", "Claims", "Interval", "LLMStudy", "MomentRow", "OraclePrecision",
@@ -477,6 +477,15 @@ class OraclePrecision:
     relative_se: list[float]
     target_met: bool
     prompts: int = 0                # the units of the SE (texts of one prompt are one unit)
+    # where the error comes from (:func:`~specbound.measure.stats.variance_split`, per P): variance
+    # between prompts and within one prompt's positions; the set's size; the smallest SE/value any
+    # number of texts or positions can reach with every prompt of the set (σ_b / √set_prompts / value);
+    # prompts needed, one position each, for the target (σ_b² + σ_w²) / (target · value)²
+    between_var: list[float] = field(default_factory=list)
+    within_var: list[float] = field(default_factory=list)
+    set_prompts: int = 0
+    floor_relative_se: list[float] = field(default_factory=list)
+    prompts_for_target: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -643,9 +652,29 @@ def oracle_precision(analysis: SetAnalysis) -> OraclePrecision:
     value = [o.mean[j] for j in idx]
     se = [o.se_by_sample[j] for j in idx]
     rel = [s / v if v else float("nan") for s, v in zip(se, value)]
+    units = [p.unit for p in o.positions]
+    arr = np.asarray(o.per_position, dtype=np.float64).reshape(-1, len(o.capacities))
+    split = [variance_split(arr[:, j], units) if len(units) == arr.shape[0] else (float("nan"),) * 2 for j in idx]
+    set_prompts = _set_size(analysis.set)
+    floor = [math.sqrt(b / set_prompts) / v if set_prompts and v and math.isfinite(b) else float("nan")
+             for (b, _), v in zip(split, value)]
+    needed = [(b + w) / (PRECISION_TARGET * v) ** 2 if v else float("nan") for (b, w), v in zip(split, value)]
     return OraclePrecision(analysis.set, o.n_positions, o.n_samples, Ps, value, se, rel,
                            bool(rel) and all(math.isfinite(r) and r <= PRECISION_TARGET for r in rel),
-                           prompts=o.n_clusters or o.n_samples)
+                           prompts=o.n_clusters or o.n_samples, between_var=[b for b, _ in split],
+                           within_var=[w for _, w in split], set_prompts=set_prompts, floor_relative_se=floor,
+                           prompts_for_target=needed)
+
+
+def _set_size(name: str) -> int:
+    """How many prompts the packaged set holds (0 when its package is missing or the name unknown)."""
+    from ..assets.prompts import load_prompts
+    from ..errors import SpecboundError
+
+    try:
+        return len(load_prompts(name, strict=True))
+    except SpecboundError:                                 # ModelNotAvailable is one: a report still renders
+        return 0
 
 
 def claims(llm: LLMStudy) -> Claims:

@@ -2,6 +2,7 @@
 :class:`~.pankratov.PankratovResult` (and the per-set analyze reports)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from .analyze_report import per_p_table, speedup_table, write_report
@@ -28,6 +29,7 @@ def claims_markdown(c: Claims, seconds: float, sizes: str) -> str:
                   [[o.set, f"{o.positions} ({o.samples}, {o.prompts or o.samples})"]
                    + [f"{fmt(v, 3)} ± {fmt(se, 3)} ({r:.1%})" for v, se, r in zip(o.value, o.se_by_sample, o.relative_se)]
                    + ["yes" if o.target_met else "NO"] for o in c.oracle_precision]) if c.oracle_precision else "–", "",
+         *_precision_split(c),
          "**Growth of the oracle: slope of E[X*] against ln P vs 1/μ** (§3.3: E[X*] ≈ ln(μP)/μ + μ₂/(2μ²) − 1 for "
          "i.i.d. environments; real text is not i.i.d. and P ≤ 64 is far from asymptotic — the table says how far). "
          "Slope: mean of per-position least-squares slopes over the P listed; slope·μ's interval treats slope and μ "
@@ -49,6 +51,25 @@ def claims_markdown(c: Claims, seconds: float, sizes: str) -> str:
          md_table(["set", "verdict", "closest P", "(bound − oracle)/SE there"],
                   [[b.set, b.verdict, str(b.worst_P), fmt(b.worst_margin_se, 1)] for b in c.bounds]), ""]
     return "\n".join(L)
+
+
+def _precision_split(c: Claims) -> list[str]:
+    """Where the oracle's error comes from: the variance between prompts bounds the SE from below."""
+    rows = [o for o in c.oracle_precision if o.between_var]
+    if not rows:
+        return []
+    body = [[o.set, str(P), fmt(b, 1), fmt(w, 1), f"{fl:.1%}" if math.isfinite(fl) else "–",
+             f"{o.set_prompts}", f"{math.ceil(n)}" if math.isfinite(n) else "–",
+             "yes" if math.isfinite(fl) and fl <= PRECISION_TARGET else "NO"]
+            for o in rows for P, b, w, fl, n in zip(o.P, o.between_var, o.within_var, o.floor_relative_se,
+                                                     o.prompts_for_target)]
+    return [f"**Where the error comes from**: the variance of E[X | T*(P)] between prompts (σ_b²) and within "
+            "one prompt's positions and texts (σ_w²), by a one-way random-effects split. With n prompts and m "
+            "positions each the SE is ≈ √(σ_b²/n + σ_w²/(nm)): no number of texts or positions takes it below "
+            f"σ_b/√n, so a set whose floor with all its prompts exceeds {PRECISION_TARGET:.0%} cannot meet the "
+            "target at this size; more prompts of the same kind would.", "",
+            md_table(["set", "P", "σ_b²", "σ_w²", "SE floor / value (all prompts)", "prompts in the set",
+                      f"prompts needed for {PRECISION_TARGET:.0%} (1 position each)", "reachable"], body), ""]
 
 
 def synthetic_markdown(synth: SyntheticChecks) -> str:

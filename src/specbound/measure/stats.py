@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 __all__ = ["Z95", "cluster_bootstrap_interval", "cluster_mean_se", "fit_log_slope", "mean_se", "ratio_se",
-           "running_checkpoints", "sign_test_p", "wilson_interval", "z_score"]
+           "running_checkpoints", "sign_test_p", "variance_split", "wilson_interval", "z_score"]
 
 
 #: The two-sided 95% normal quantile.
@@ -80,6 +80,32 @@ def cluster_mean_se(values, clusters) -> tuple[float, float]:
     estimator Σ cluster sums / Σ cluster sizes, so correlated values within a cluster are not counted
     as independent); SE NaN for fewer than two clusters."""
     return ratio_se(*_cluster_sums(values, clusters))
+
+
+def variance_split(values, clusters) -> tuple[float, float]:
+    """(σ_b², σ_w²): the variance of ``values`` between clusters and within them, by the one-way
+    random-effects analysis of variance (method of moments, unbalanced clusters: σ_w² = within mean
+    square, σ_b² = (between mean square − σ_w²) / n₀ with n₀ = (N − Σ mᵢ²/N)/(k − 1), clipped at 0).
+
+    It says how a cluster-robust SE falls with the design: with n clusters of m values each the SE of
+    the mean is ≈ √(σ_b²/n + σ_w²/(n m)), so no number of values per cluster takes it below σ_b/√n.
+    NaN where undefined (σ_w² needs a cluster with two values, σ_b² two clusters)."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    sums, sizes = _cluster_sums(x, clusters)
+    k, N = sums.size, x.size
+    if N == 0:
+        return float("nan"), float("nan")
+    keys = list(clusters)
+    index = {c: i for i, c in enumerate(dict.fromkeys(keys))}
+    rows = np.array([index[c] for c in keys], dtype=np.int64)
+    means = sums / sizes
+    ss_within = float(((x - means[rows]) ** 2).sum())
+    sigma_w2 = ss_within / (N - k) if N > k else float("nan")
+    if k < 2 or not math.isfinite(sigma_w2):
+        return float("nan"), sigma_w2
+    ms_between = float((sizes * (means - x.mean()) ** 2).sum()) / (k - 1)
+    n0 = (N - float((sizes ** 2).sum()) / N) / (k - 1)
+    return max(0.0, (ms_between - sigma_w2) / n0), sigma_w2
 
 
 def sign_test_p(wins: int, losses: int) -> float:
