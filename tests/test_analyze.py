@@ -344,6 +344,17 @@ def test_pankratov_claims_on_tiny_analyses(pair):
     analyses = [az.analyze_set(target, draft, name, cfg, prompt_ids=ids, progress=False, log=lambda *a: None)
                 for name, ids in (("humaneval", [[1, 2, 3], [4, 5], [6]]), ("gsm8k", [[7, 8], [9], [3, 3]]))]
     assert analyses[0].drafter_exact.n_positions == 2 and analyses[0].oracle.n_positions == 6
+    from specbound.experiments.analyze_report import per_p_table
+
+    for a in analyses:                                  # the drafters' rows are oracle rows: T*(P) is never beaten
+        rows = a.drafter_exact.oracle_indices
+        assert rows == [0, 5]
+        for r, values in zip(rows, a.drafter_exact.dynamic.per_position):
+            assert all(v <= o + 1e-9 for v, o in zip(values, a.oracle.per_position[r]))
+        table = per_p_table(a)
+        assert "oracle E[X*] at the same 2 positions" in table
+        same = np.mean([a.oracle.per_position[r] for r in rows], axis=0)
+        assert table.splitlines()[-1].rstrip(" |").endswith(f"| {same[-1]:.3f}")
     study = pk.LLMStudy(analyses=analyses, table=[pk.MomentRow(f"{target.name} (target)", a.set, a.moments)
                                                   for a in analyses])
     c = pk.claims(study)

@@ -230,6 +230,14 @@ def tightest_bound(result: SetAnalysis) -> dict[int, TightestBound]:
     return out
 
 
+def drafter_position_indices(n_oracle: int, wanted: int | None) -> list[int]:
+    """Which of the ``n_oracle`` oracle positions get exact drafter values: all of them, or ``wanted``
+    spread evenly over them (the drafters' values are then compared with the oracle on these rows)."""
+    if wanted is None or wanted >= n_oracle:
+        return list(range(n_oracle))
+    return np.unique(np.round(np.linspace(0, n_oracle - 1, wanted)).astype(int)).tolist()
+
+
 def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, prompt_ids=None,
                 progress: bool = True, log=print, journal: PartialResults | None = None) -> SetAnalysis:
     """Run (a)–(e) for one prompt set on a loaded target (and draft; None skips (d)). ``prompt_ids``
@@ -275,13 +283,12 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
             if draft is not None and cfg.drafter_positions != 0:
                 t0 = time.perf_counter()
                 positions = [(p.sample, p.position) for p in result.oracle.positions]
-                if cfg.drafter_positions is not None and cfg.drafter_positions < len(positions):
-                    keep = np.unique(np.round(np.linspace(0, len(positions) - 1, cfg.drafter_positions)).astype(int))
-                    positions = [positions[k] for k in keep]
-                result.drafter_exact = drafter_values(target, draft, mom.samples, positions, caps, T, cfg.seed, pb,
-                                                      journal, key + "drafter_exact")
+                keep = drafter_position_indices(len(positions), cfg.drafter_positions)
+                result.drafter_exact = drafter_values(target, draft, mom.samples, [positions[k] for k in keep], caps,
+                                                      T, cfg.seed, pb, journal, key + "drafter_exact")
+                result.drafter_exact.oracle_indices = keep
                 timings["drafter_exact"] = time.perf_counter() - t0
-                log(f"[{set_name}] exact E[X|T] at the oracle positions: " + "; ".join(
+                log(f"[{set_name}] exact E[X|T] at {len(keep)} of the oracle positions: " + "; ".join(
                     f"{kind}: " + ", ".join(f"P={c}: {m:.2f}" for c, m in zip(caps, result.drafter_exact.of(kind).mean))
                     for kind in ("dynamic", "chain")) + f"  ({timings['drafter_exact']:.0f}s)")
         if cfg.oracle_sd_prompts > 0 and cfg.oracle_sd_tokens > 0 and cfg.sd_capacities:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from ..theory.bounds import BOUND_FORMS, bound_is_valid
 from .analyze import SetAnalysis
 from ..measure.drafter_values import EXACT_KINDS
@@ -25,7 +27,10 @@ def per_p_table(result: SetAnalysis) -> str:
     header += [f"bound: {f}" if f != "asymptotic" else "asymptotic (approximation, not a bound)" for f in BOUND_FORMS]
     header += [f"{k}: E[X] (τ)" for k in result.drafters]
     exact_kinds = _exact_kinds(result)
-    header += [f"{k}: exact E[X|T] at oracle positions" for k in exact_kinds]
+    same = _oracle_at_drafter_positions(result) if exact_kinds else None
+    n_exact = result.drafter_exact.n_positions if exact_kinds else 0
+    header += [f"{k}: exact E[X|T] at {n_exact} oracle positions" for k in exact_kinds]
+    header += [f"oracle E[X*] at the same {n_exact} positions"] if same is not None else []
     rows = []
     for i, P in enumerate(caps):
         row = [str(P), pm(oracle.mean[i], (oracle.se_by_sample or oracle.se)[i]) if oracle else "–"]
@@ -39,8 +44,25 @@ def per_p_table(result: SetAnalysis) -> str:
         for k in exact_kinds:
             e = result.drafter_exact.of(k)
             row.append(pm(e.mean[i], e.se[i] if e.se else None))
+        if same is not None:
+            row.append(fmt(same[i]))
         rows.append(row)
     return md_table(header, rows)
+
+
+def _oracle_at_drafter_positions(result: SetAnalysis):
+    """The oracle's mean per P over the rows that have exact drafter values (None when unknown): the
+    drafters' columns are on those rows only, and a dynamic tree never beats T*(P) on the same row."""
+    o, exact = result.oracle, result.drafter_exact
+    rows = list(exact.oracle_indices) if exact is not None else []
+    if o is None or exact is None or not exact.n_positions:
+        return None
+    if not rows and exact.n_positions == o.n_positions:
+        rows = list(range(o.n_positions))
+    if len(rows) != exact.n_positions:
+        return None
+    arr = np.asarray(o.per_position, dtype=np.float64).reshape(-1, len(o.capacities))
+    return arr[rows].mean(axis=0).tolist()
 
 
 def speedup_table(result: SetAnalysis) -> str:

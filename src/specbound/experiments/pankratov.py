@@ -433,6 +433,7 @@ def augment(result: PankratovResult, progress: bool = True, log=print) -> Pankra
         with progress_bar(progress) as bar:
             res.drafter_exact = drafter_values(target, draft, res.samples, positions, cfg.capacities, cfg.temperature,
                                                cfg.seed, bar if progress else None)
+        res.drafter_exact.oracle_indices = list(range(len(positions)))
         res.timings["drafter_exact"] = time.perf_counter() - t1
         res.finalize()
         log(f"[{res.set}] exact E[X|T] at the oracle positions: " + "; ".join(

@@ -119,7 +119,11 @@ def _llm_sections(result: PankratovResult) -> list[str]:
               "and the oracle). Drafter lines use the exact E[X | drafted tree] + 1 at the oracle's positions (one "
               "dynamic tree and one sampled chain of P_max nodes per position, nested in P, scored by one target "
               "pass; for the chain the acceptance coins are integrated out) when available; open markers are τ "
-              "measured in short tree-SD runs (few rounds at large P: noisy)."]
+              "measured in short tree-SD runs (few rounds at large P: noisy). In the tables, the drafters' exact "
+              "values sit on a subset of the oracle's positions: the last column is the oracle on the same "
+              "positions, which the dynamic tree never exceeds (a deterministic tree), while the rejection-verified "
+              "chain can (for one drafted token its acceptance is 1 − TV(draft, target), which exceeds the "
+              "one-node oracle max q whenever the draft's law is close to a flat target's)."]
     lines.append(f"Target `{llm.target_precision}`" + (f" ({llm.target_kernels})" if llm.target_kernels else "")
                  + f", int8 draft; wall-clock numbers measured with {llm.torch_threads} torch thread(s) on this "
                  "machine (τ, E[X] and the moments do not depend on the machine; t(k) and draft seconds do).")

@@ -376,6 +376,7 @@ class DrafterValues:
     note: str
     dynamic: DrafterExact
     chain: DrafterExact
+    oracle_indices: list[int] = field(default_factory=list)   # which oracle positions (rows of its per_position)
 
     def of(self, kind: str) -> DrafterExact | None:
         return getattr(self, kind, None) if kind in EXACT_KINDS else None
