@@ -23,7 +23,7 @@ FILES = ("fig2a.png", "fig2b.png", "fig2c.png", "fig3.png", "fig4.png", "summary
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("reproduce-yin")
     t0 = time.perf_counter()
-    code = main(["reproduce", "yin", "--quick", "--skip-llm", "--out", str(out), "--seed", "0"])
+    code = main(["reproduce", "yin", "--quick", "--skip-llm", "--out", str(out), "--seed", "0", "--no-progress"])
     seconds = time.perf_counter() - t0
     assert code == 0
     return out, json.loads((out / "results.json").read_text()), seconds

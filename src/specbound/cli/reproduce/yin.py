@@ -46,6 +46,7 @@ def add_arguments(parser) -> None:
                                                                   "every core; give 1 when the CPU is shared)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted Table 1 in --out from its partial results (same options)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def settings_from_args(args):
@@ -101,7 +102,7 @@ def run(args) -> int:
     command = ("specbound reproduce yin " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["reproduce", "yin"]
                else "specbound reproduce yin")
     start = time.perf_counter()
-    with progress_bar(console=console) as progress:
+    with progress_bar(not args.no_progress, console=console) as progress:
         result = run_study(s, progress, journal, command=command)
     t = time.perf_counter()
     result.files = write_figures(out_dir, result) + ["summary.md", "results.json"]
