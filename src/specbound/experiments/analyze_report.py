@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from ..theory.bounds import BOUND_FORMS, bound_is_valid
 from .analyze import SetAnalysis
 from ..measure.drafter_values import EXACT_KINDS
@@ -61,7 +59,7 @@ def _oracle_at_drafter_positions(result: SetAnalysis):
         rows = list(range(o.n_positions))
     if len(rows) != exact.n_positions:
         return None
-    arr = np.asarray(o.per_position, dtype=np.float64).reshape(-1, len(o.capacities))
+    arr = o.table()
     return arr[rows].mean(axis=0).tolist()
 
 

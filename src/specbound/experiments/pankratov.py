@@ -355,6 +355,7 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     timings: dict[str, float] = {}
     configs = {s: set_config(cfg, s, quick) for s in SETS}
     prompts_by_set = {s: load_prompts(s, configs[s].n_prompts) for s in SETS}
+    table_prompts = {s: p[:DRAFT_TABLE_PROMPTS] for s, p in prompts_by_set.items()}   # the other models' table
     t0 = time.perf_counter()
     target = load_model(DEFAULT_TARGET, progress=progress, precision=precision, compiled=precision != "fp32")
     draft8 = load_model(DEFAULT_DRAFT, progress=progress, int8=True)
@@ -378,8 +379,7 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     gc.collect()
     t0 = time.perf_counter()
     with progress_bar(progress) as bar:          # the draft the analyses used, on its own samples
-        table_rows += moments_table(draft8, f"{DEFAULT_DRAFT} (draft, int8)",
-                                    {s: p[:DRAFT_TABLE_PROMPTS] for s, p in prompts_by_set.items()}, cfg,
+        table_rows += moments_table(draft8, f"{DEFAULT_DRAFT} (draft, int8)", table_prompts, cfg,
                                     bar if progress else None, log, journal)
     del draft8
     gc.collect()
@@ -394,8 +394,7 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
         t0 = time.perf_counter()
         model = load_model(name, progress=progress)
         with progress_bar(progress) as bar:
-            table_rows += moments_table(model, label, {s: p[:DRAFT_TABLE_PROMPTS] for s, p in prompts_by_set.items()},
-                                        cfg, bar if progress else None, log, journal)
+            table_rows += moments_table(model, label, table_prompts, cfg, bar if progress else None, log, journal)
         del model
         gc.collect()
         timings[f"table_{name}"] = time.perf_counter() - t0
@@ -654,7 +653,7 @@ def oracle_precision(analysis: SetAnalysis) -> OraclePrecision:
     se = [o.se_by_sample[j] for j in idx]
     rel = [s / v if v else float("nan") for s, v in zip(se, value)]
     units = [p.unit for p in o.positions]
-    arr = np.asarray(o.per_position, dtype=np.float64).reshape(-1, len(o.capacities))
+    arr = o.table()
     split = [variance_split(arr[:, j], units) if len(units) == arr.shape[0] else (float("nan"),) * 2 for j in idx]
     set_prompts = _set_size(analysis.set)
     floor = [math.sqrt(b / set_prompts) / v if set_prompts and v and math.isfinite(b) else float("nan")

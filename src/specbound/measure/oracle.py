@@ -23,7 +23,7 @@ from ..seeds import derive_seed
 from ..theory.trees import PathTree, optimal_tree
 from .journal import PartialResults, no_journal
 from .llm import PromptContext
-from .moments import MomentSample, prompt_clusters
+from .moments import MomentSample
 from .records import Stage
 from .stats import cluster_mean_se, fit_log_slope, mean_se
 
@@ -99,9 +99,13 @@ class OracleValues:
     reads_total: int = 0
     seconds_total: float = 0.0
 
+    def table(self) -> np.ndarray:
+        """``per_position`` as a (positions × capacities) float array."""
+        return np.asarray(self.per_position, dtype=np.float64).reshape(-1, len(self.capacities))
+
     def __post_init__(self):
         caps = [int(c) for c in self.capacities]
-        arr = np.asarray(self.per_position, dtype=np.float64).reshape(-1, len(caps))
+        arr = self.table()
         n = arr.shape[0]
         nan = [float("nan")] * len(caps)
         samples = [p.unit for p in self.positions]
@@ -187,7 +191,6 @@ def oracle_values(model, samples: list[MomentSample], capacities, positions_want
     caps = [int(c) for c in capacities]
     pmax = max(caps)
     stage = Stage(progress, f"oracle T*({pmax}) at positions", len(positions))
-    clusters = [max(c, -1) for c in prompt_clusters(samples)]
     ctx = PromptContext(model)
     config = SamplingConfig(float(temperature))
 
@@ -200,7 +203,7 @@ def oracle_values(model, samples: list[MomentSample], capacities, positions_want
         running = np.cumsum(np.asarray(tree.path_probs, dtype=np.float64))
         position = OraclePosition(**vars(read), sample=i, position=j,
                                   value_at_pmax=float(running[-1]) if running.size else 0.0,
-                                  entropy_at_position=float(s.H[j]), cluster=clusters[i])
+                                  entropy_at_position=float(s.H[j]), cluster=s.prompt_index)
         return _OracleUnit(position, _at_capacities(running, caps))
 
     rows, details = [], []

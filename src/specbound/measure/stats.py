@@ -48,17 +48,20 @@ def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, fl
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def _cluster_sums(values, clusters) -> tuple[np.ndarray, np.ndarray]:
-    """(sum, size) of ``values`` per cluster label, in order of first appearance."""
+def _cluster_rows(values, clusters) -> tuple[np.ndarray, np.ndarray, int]:
+    """(values as floats, each value's cluster number in order of first appearance, number of clusters)."""
     x = np.asarray(values, dtype=np.float64).reshape(-1)
     keys = list(clusters)
     if x.size != len(keys):
         raise ValueError(f"{x.size} values but {len(keys)} cluster labels")
     index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    rows = np.array([index[k] for k in keys], dtype=np.int64)
-    sums = np.bincount(rows, weights=x, minlength=len(index))
-    sizes = np.bincount(rows, minlength=len(index)).astype(np.float64)
-    return sums, sizes
+    return x, np.array([index[k] for k in keys], dtype=np.int64), len(index)
+
+
+def _cluster_sums(values, clusters) -> tuple[np.ndarray, np.ndarray]:
+    """(sum, size) of ``values`` per cluster label, in order of first appearance."""
+    x, rows, k = _cluster_rows(values, clusters)
+    return np.bincount(rows, weights=x, minlength=k), np.bincount(rows, minlength=k).astype(np.float64)
 
 
 def cluster_bootstrap_interval(values, clusters, resamples: int = 4000, seed: int = 0,
@@ -90,15 +93,12 @@ def variance_split(values, clusters) -> tuple[float, float]:
     It says how a cluster-robust SE falls with the design: with n clusters of m values each the SE of
     the mean is ≈ √(σ_b²/n + σ_w²/(n m)), so no number of values per cluster takes it below σ_b/√n.
     NaN where undefined (σ_w² needs a cluster with two values, σ_b² two clusters)."""
-    x = np.asarray(values, dtype=np.float64).reshape(-1)
-    sums, sizes = _cluster_sums(x, clusters)
-    k, N = sums.size, x.size
+    x, rows, k = _cluster_rows(values, clusters)
+    N = x.size
     if N == 0:
         return float("nan"), float("nan")
-    keys = list(clusters)
-    index = {c: i for i, c in enumerate(dict.fromkeys(keys))}
-    rows = np.array([index[c] for c in keys], dtype=np.int64)
-    means = sums / sizes
+    sizes = np.bincount(rows, minlength=k).astype(np.float64)
+    means = np.bincount(rows, weights=x, minlength=k) / sizes
     ss_within = float(((x - means[rows]) ** 2).sum())
     sigma_w2 = ss_within / (N - k) if N > k else float("nan")
     if k < 2 or not math.isfinite(sigma_w2):
