@@ -34,6 +34,8 @@ from specbound.cli import main
     (["generate", "--verification", "block", "--tree", "4"], "verifies one drafted chain"),
     (["generate", "--verification", "block", "--relaxation", "opt:0.1"], "cannot be combined with a relaxation"),
     (["generate", "--threads", "-1"], "--threads"),
+    (["generate", "--shape", "auto", "--gamma", "4"], "shape='auto' chooses the drafted shape"),
+    (["generate", "--shape", "auto", "--prompt-set", "builtin", "--index", "0,1"], "--shape auto decodes one prompt"),
     (["bench", "--n-prompts", "0"], "--n-prompts must be >= 1"),
     (["bench", "--seeds", "0"], "--seeds must be >= 1"),
     (["bench", "--modes", "fast"], "--modes: unknown"),

@@ -15,7 +15,8 @@ import torch
 from helpers import chain_models
 from specbound.decoding import SamplingConfig, speculative_decode
 from specbound.decoding.drafters import (
-    BatchDrafter, ChainDrafter, DynamicTreeDrafter, RoundFeedback, SampledTreeDrafter, make_tree_drafter,
+    BatchDrafter, ChainDrafter, DynamicTreeDrafter, RoundFeedback, SampledTreeDrafter, ShapeDrafter,
+    make_tree_drafter,
 )
 from specbound.decoding.engine import DraftSpec, PlainDrafter, Speculator, make_generator
 from specbound.decoding.policy import DraftBudget
@@ -26,7 +27,17 @@ from specbound.errors import SpecboundError
 
 def _drafters(draft, sampling):
     return [ChainDrafter(draft, sampling, 3), DynamicTreeDrafter(draft, sampling, 6),
-            SampledTreeDrafter(draft, sampling, 6), BatchDrafter(draft, sampling, 2, 3)]
+            SampledTreeDrafter(draft, sampling, 6), BatchDrafter(draft, sampling, 2, 3)] + \
+        ([] if sampling.greedy else [_rotating_shapes(draft, sampling)])
+
+
+def _rotating_shapes(draft, sampling):
+    """shape="auto" (T > 0: at T = 0 it is the chain of γ = auto) with its choice frozen at its sampled
+    tree, so that a second proposal after abandon() drafts the same shape from the same state."""
+    drafter = ShapeDrafter(draft, sampling)
+    name = list(drafter.shapes)[-1]
+    drafter.choice.choose = lambda: name
+    return drafter
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -35,6 +35,10 @@ def add_arguments(p) -> None:
     p.add_argument("--drafts", type=int, default=None, metavar="M",
                    help="batch SD: M i.i.d. draft sequences per round (Yin et al. Alg. 4)")
     p.add_argument("--design", default="B", choices=["A", "B"], help="with --drafts: batch verification design")
+    p.add_argument("--shape", default="fixed", choices=["fixed", "auto"],
+                   help="auto: every round drafts the shape predicted fastest from the run so far: a chain "
+                        "(γ = auto), 2 drafts or a sampled tree (T > 0; at T = 0 the chain); fixed (default): "
+                        "what --gamma / --tree / --drafts say")
     p.add_argument("--relaxation", default=None, metavar="NAME:EPS[:FORM]",
                    help="biased over-acceptance decoding, e.g. opt:0.1 or uno:0.1:ratio (Yin et al. §5; NOT lossless)")
     p.add_argument("--verification", default="auto", choices=["auto", "token", "block"],
@@ -166,7 +170,8 @@ def draft_spec_from_args(args):
     if args.gamma is None and args.tree is None:
         gamma = "auto" if (args.drafts or 1) == 1 else 4
     return DraftSpec(gamma=gamma, tree=args.tree, tree_drafter=args.tree_drafter, drafts=args.drafts,
-                     design=args.design, relaxation=args.relaxation, verification=args.verification)
+                     design=args.design, relaxation=args.relaxation, verification=args.verification,
+                     shape=args.shape)
 
 
 def run(args) -> int:
@@ -186,6 +191,9 @@ def run(args) -> int:
     args.target_precision = resolve_target_precision(args.target_precision, args.target, warn=console.print)
     args.compile = resolve_compile(args.compile, args.target_precision)
     prompts = _pick_prompts(args)
+    if len(prompts) > 1 and spec.shape == "auto":
+        raise SpecboundError("--shape auto decodes one prompt (a batch's requests share one chain length per "
+                             "round): give one --index, or drop --shape auto")
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     if args.draft_engine == "llamacpp":
         from ..models.llamacpp import load_llama_cpp

@@ -21,6 +21,7 @@ from .drafters import (
     BatchDrafter, ChainDrafter, Drafter, RoundFeedback, check_batch_gamma, check_design, check_drafts, check_gamma,
     check_tree_drafter, make_tree_drafter,
 )
+from .drafters.shapes import ShapeDrafter, check_shape
 from .result import DecodeMetrics, DecodeResult, RoundRecord
 from .sampling import SamplingConfig, logits_to_probs
 from .tree import DraftTree
@@ -187,6 +188,8 @@ class Speculator:
             metrics.total_time = time.perf_counter() - start
             same = self.rule is STANDARD or (self.rule is BLOCK and self.sampling.greedy)   # greedy: one rule
             method = self.drafter.describe() + ("" if same else f" + {self.rule.describe()}")
+            if not same and self.rule is BLOCK and self.drafter.mixed_shapes:
+                method += " of its chain rounds"
             return DecodeResult(committed[len(prompt):end], list(prompt), metrics, method=method,
                                 lossless=self.rule.lossless, sampling=self.sampling.describe(), rounds=rounds)
 
@@ -224,7 +227,10 @@ class Speculator:
         t1 = time.perf_counter()
         scored = self.score(committed, tree, remaining)
         t2 = time.perf_counter()
-        verdict = verify(tree, scored.target_probs, scored.law_mask, self.rule, self.generator)
+        rule = self.rule
+        if rule is BLOCK and self.drafter.mixed_shapes and not tree.is_chain():
+            rule = STANDARD                   # a tree round of shape="auto": recursive rejection over siblings
+        verdict = verify(tree, scored.target_probs, scored.law_mask, rule, self.generator)
         t3 = time.perf_counter()
         kept = list(range(scored.base, scored.base + scored.pending))
         for node in verdict.path:
@@ -243,7 +249,9 @@ class Speculator:
             node_target_probs = scored.target_probs[rows, tree.tokens].double()
             if scored.law_mask is not None:
                 node_target_probs[~scored.law_mask[rows]] = float("nan")
-        self.drafter.observe(RoundFeedback(tree, verdict, t1 - t0, t2 - t1, scored.tokens_read, node_target_probs))
+        laws = scored.target_probs if scored.law_mask is None and len(tree) else None
+        self.drafter.observe(RoundFeedback(tree, verdict, t1 - t0, t2 - t1, scored.tokens_read, node_target_probs,
+                                           t3 - t2, laws))
         metrics.draft_calls += tree.draft_calls
         metrics.target_calls += 1
         metrics.draft_time += t1 - t0
@@ -274,10 +282,16 @@ class DraftSpec:
     design: str = "B"
     relaxation: object = None
     verification: str = "token"
+    shape: str | None = None       # "auto": the drafted shape chosen every round (ShapeDrafter)
 
     def __post_init__(self):
         n_drafts = check_drafts(self.drafts)
         object.__setattr__(self, "design", check_design(self.design))
+        object.__setattr__(self, "shape", check_shape(self.shape))
+        if self.shape == "auto" and (self.tree is not None or n_drafts > 1 or self.gamma not in (None, "auto")
+                                     or self.relaxation is not None):
+            raise SpecboundError("shape='auto' chooses the drafted shape itself (a chain of γ = auto, 2 drafts or a "
+                                 "sampled tree each round): give it without gamma=N, tree, drafts or relaxation")
         rule = parse_relaxation(self.relaxation)
         object.__setattr__(self, "verification", resolve_verification(
             self.verification, chain=self.tree is None and n_drafts == 1, relaxed=rule is not STANDARD))
@@ -320,6 +334,8 @@ class DraftSpec:
             return make_tree_drafter(self.tree_drafter, target, draft, sampling, self.tree)
         if draft is None:
             raise SpecboundError("speculative decoding needs a draft model (or tree=P with tree_drafter='oracle')")
+        if self.shape == "auto":
+            return ShapeDrafter(draft, sampling)
         if check_drafts(self.drafts) > 1:
             return BatchDrafter(draft, sampling, self.drafts, self.gamma, self.design)
         return ChainDrafter(draft, sampling, self.gamma)
@@ -330,7 +346,7 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
                        top_p: float | None = None, seed=None, tree: int | None = None,
                        tree_drafter: str = "dynamic", callback=None, drafts: int | None = None,
                        design: str = "B", relaxation=None, stop_token_ids=(),
-                       verification: str = "token") -> DecodeResult:
+                       verification: str = "token", shape: str | None = None) -> DecodeResult:
     """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
 
     One loop (:class:`Speculator`) for every drafter, chosen by the keywords:
@@ -342,6 +358,9 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
     * ``tree=P``: a draft tree of at most P nodes per round (Pankratov & Alistarh 2026);
       ``tree_drafter`` "dynamic", "sampled", "chain" or "oracle" (the target drafts its own T*(P));
       ``tree="auto"``: the dynamic tree sized every round from the cost model (≤ 64 nodes);
+    * ``shape="auto"`` (with ``gamma`` None or "auto"): every round drafts the shape predicted fastest
+      from the run so far — a chain of γ = auto, M = 2 drafts or a sampled tree (T > 0; at T = 0 the
+      chain), each verified by its own rule (:class:`~specbound.decoding.drafters.shapes.ShapeDrafter`);
     * ``relaxation=("opt"|"uno", eps[, form])`` or ``"opt:0.1"``: biased over-acceptance decoding
       (Decoding-OPT / -UNO, Yin et al. 2024 §5) on a drafted chain: ``lossless=False`` and
       ``metrics.expected_bias`` holds the summed exact per-step TV bias;
@@ -358,7 +377,7 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
     """
     sampling = SamplingConfig(temperature, top_k, top_p)
     max_new_tokens = check_budget(max_new_tokens)
-    spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification)
+    spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification, shape)
     engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule, stop_token_ids,
                         make_generator(seed))
     return engine.run(prompt, max_new_tokens, callback=callback)

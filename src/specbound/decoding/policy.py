@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import SpecboundError
 from .costs import CostModel
 
-__all__ = ["AcceptanceCalibration", "BatchDraftLength", "DraftBudget"]
+__all__ = ["AcceptanceCalibration", "BatchDraftLength", "DraftBudget", "ShapeChoice"]
 
 
 class AcceptanceCalibration:
@@ -393,3 +393,85 @@ class BatchDraftLength:
             if round_index is not None:
                 self._tokens[round_index] = self._tokens.get(round_index, 0.0) + accepted + 1
                 self._depth[round_index] = max(self._depth.get(round_index, 0), int(drafted))
+
+
+class ShapeChoice:
+    """Which drafted SHAPE a round uses (``shape="auto"``): the one with the highest predicted tokens
+    per second, from what the shapes did on this text.
+
+    Per shape s: the predicted tokens per round E_s is the recency-weighted mean (weight ``memory`` per
+    round of that shape) of 1 + E[X | drafted tree] over its rounds — the exact expected accepted
+    tokens GIVEN the tree it drafted (Pankratov & Alistarh 2026, §2 tree value; under recursive
+    rejection :func:`specbound.theory.sampled_tree_value`, under block verification Σ_i P(τ ≥ i)), so
+    the verifier's coins add no noise — and the cost S_s is the recency-weighted mean wall time of its
+    rounds as measured (drafting, the target pass, verification and the loop's own work: everything
+    the choice changes). The rate is E_s / S_s.
+
+    Schedule: the first shape alone for ``warmup`` rounds (the chain's calibration and length settle,
+    and the other shapes are sized from it); then every other shape for ``trial`` rounds; then the
+    best rate, a shape that lost retried after ``explore_every`` rounds, then 2, 4, 8, 16 times as long
+    (reset when it wins). The choice depends only on rounds already verified, never on the round it
+    sizes, so every round stays a lossless verification of the target's law.
+    """
+
+    def __init__(self, names, warmup: int = 4, trial: int = 2, explore_every: int = 8, memory: float = 0.9):
+        names = list(names)
+        if not names or len(set(names)) != len(names):
+            raise SpecboundError(f"shape names must be distinct and at least one, got {names!r}")
+        if warmup < 0 or trial < 1 or explore_every < 1 or not 0.0 < memory <= 1.0:
+            raise SpecboundError("ShapeChoice needs warmup >= 0, trial >= 1, explore_every >= 1, 0 < memory <= 1")
+        self.names = names
+        self.warmup, self.trial, self.explore_every, self.memory = int(warmup), int(trial), int(explore_every), float(memory)
+        self.round = 0
+        self.tokens = dict.fromkeys(names, 0.0)     # recency-weighted sums per shape
+        self.seconds = dict.fromkeys(names, 0.0)
+        self.weight = dict.fromkeys(names, 0.0)
+        self.count = dict.fromkeys(names, 0)
+        self.chosen = dict.fromkeys(names, 0)
+        self.retries = dict.fromkeys(names, 0)
+        self.next_try: dict[str, int] = {}
+
+    def rate(self, name: str) -> float | None:
+        """Predicted tokens per second of ``name`` (None before it has been timed)."""
+        if self.count[name] == 0 or self.seconds[name] <= 0:
+            return None
+        return self.tokens[name] / self.seconds[name]
+
+    def best(self) -> str:
+        rated = [(self.rate(n), -i, n) for i, n in enumerate(self.names) if self.rate(n) is not None]
+        return max(rated)[2] if rated else self.names[0]
+
+    def choose(self) -> str:
+        """The shape of the next round."""
+        self.round += 1
+        name = self._choose()
+        self.chosen[name] += 1
+        return name
+
+    def _choose(self) -> str:
+        if self.round <= self.warmup or len(self.names) == 1:
+            return self.names[0]
+        untried = [n for n in self.names if self.count[n] < self.trial]
+        if untried:
+            return untried[0]
+        best = self.best()
+        self.retries[best] = 0
+        for name in self.names:
+            if name == best:
+                continue
+            due = self.next_try.setdefault(name, self.round + self.explore_every)
+            if self.round >= due:
+                self.retries[name] += 1
+                self.next_try[name] = self.round + self.explore_every * 2 ** min(self.retries[name], 4)
+                return name
+        return best
+
+    def record(self, name: str, tokens: float, seconds: float) -> None:
+        """One round of ``name``: ``tokens`` = 1 + E[X | its drafted tree], ``seconds`` its wall time."""
+        if not (np.isfinite(tokens) and np.isfinite(seconds)) or seconds <= 0:
+            return
+        m = self.memory
+        self.tokens[name] = m * self.tokens[name] + float(tokens)
+        self.seconds[name] = m * self.seconds[name] + float(seconds)
+        self.weight[name] = m * self.weight[name] + 1.0
+        self.count[name] += 1

@@ -45,6 +45,7 @@ class DraftTree:
     scores: torch.Tensor | None = None        # [n] float64: draft path probability q(v) of each node
     confidences: torch.Tensor | None = None   # [n] float64: the draft's probability of each node's token
     cache_nodes: list[int] | None = None      # [n]: the drafter's cache id of each node (None: id = index)
+    shape: str | None = None                  # which shape drafted it (shape="auto": "chain", "drafts", "sampled")
     depths: torch.Tensor = field(init=False)  # [n] long, 1 = child of the root
 
     def __post_init__(self):

@@ -21,7 +21,9 @@ Methods (all decode exactly ``max_new_tokens`` tokens, EOS ignored, timings incl
 * ``specbound-chain-lcdraft`` / ``specbound-tree-lcdraft`` — specbound with the draft's GGUF on
   llama.cpp feeding the torch target (mixed backends), its weights as ``generate`` reads them
   (``PairSpec.draft_quant``, default q4_0: re-quantised once, :mod:`specbound.models.requant`);
-* ``specbound-chain-lcdraft-file`` — the same with the draft's GGUF file as it ships.
+* ``specbound-chain-lcdraft-file`` — the same with the draft's GGUF file as it ships;
+* ``specbound-shape-lcdraft`` — the llama.cpp draft with the drafted shape chosen every round
+  (``shape="auto"``: chain, 2 drafts or a sampled tree, by predicted tokens per second).
 
 Every method reports end-to-end tok/s and decode tok/s (prefill excluded: tokens after the first
 over the time after the first token for the peers; new tokens over total − prefill for specbound).
@@ -61,14 +63,14 @@ __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun
 BENCH_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-fp32", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                  "hf-lookup", "specbound-plain", "specbound-chain", "specbound-tree", "specbound-chain-lcdraft",
                  "specbound-tree-lcdraft", "specbound-chain-lcdraft-file", "specbound-plain-compiled",
-                 "specbound-chain-lcdraft-compiled")
+                 "specbound-chain-lcdraft-compiled", "specbound-shape-lcdraft")
 #: What ``specbound bench`` runs unless told otherwise (the rest on request: they add time, not information)
 DEFAULT_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "hf-generate", "hf-assisted-int8", "hf-assisted-int8-heuristic",
                    "specbound-chain", "specbound-tree", "specbound-chain-lcdraft")
 SPECBOUND_METHODS = ("specbound-chain", "specbound-tree", "specbound-chain-lcdraft", "specbound-tree-lcdraft",
-                     "specbound-chain-lcdraft-file", "specbound-chain-lcdraft-compiled")
+                     "specbound-chain-lcdraft-file", "specbound-chain-lcdraft-compiled", "specbound-shape-lcdraft")
 LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-plain-raw", "specbound-chain-lcdraft", "specbound-tree-lcdraft",
-                    "specbound-chain-lcdraft-file", "specbound-chain-lcdraft-compiled")
+                    "specbound-chain-lcdraft-file", "specbound-chain-lcdraft-compiled", "specbound-shape-lcdraft")
 #: Methods that read the target through torch.compile (the same modules, load_model(compiled=True)'s reads),
 #: to compare side by side with their eager twins in one process (``--compile`` compiles every method's target)
 COMPILED_METHODS = ("specbound-plain-compiled", "specbound-chain-lcdraft-compiled")
@@ -240,6 +242,8 @@ def run_method(method: str, models: dict, ids, n: int, sampling: SamplingConfig,
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, gamma="auto", verification="auto")
     if method == "specbound-tree-lcdraft":
         return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, tree="auto")
+    if method == "specbound-shape-lcdraft":
+        return _specbound(target, models["draft_llamacpp"], ids, n, sampling, seed, shape="auto", verification="auto")
     if method == "specbound-chain-lcdraft-compiled":
         return _specbound(models["target_compiled"], models["draft_llamacpp"], ids, n, sampling, seed, gamma="auto",
                           verification="auto")
@@ -342,7 +346,8 @@ def load_models(methods, pair: PairSpec) -> dict:
         models["draft_fp32"] = load_model(draft_name, progress=False)
     if methods & set(COMPILED_METHODS):
         models["target_compiled"] = compiled_twin(target)
-    if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft", "specbound-chain-lcdraft-compiled"}:
+    if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft", "specbound-chain-lcdraft-compiled",
+                  "specbound-shape-lcdraft"}:
         models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False, quant=pair.draft_quant)
         check_same_tokenizer(target, models["draft_llamacpp"])
     if "specbound-chain-lcdraft-file" in methods:

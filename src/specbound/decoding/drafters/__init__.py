@@ -8,6 +8,7 @@ batch           M sampled branches (Yin et al. 2024, Alg. 4)      recursive reje
 dynamic         top-P tree by draft path probability              deterministic tree walk
 sampled         i.i.d. sampled children per node                  recursive rejection
 oracle          T*(P) of the target itself                        deterministic tree walk
+shape           chain / 2 drafts / sampled tree, chosen online    the chosen shape's rule
 =============  ===============================================  ============================
 """
 from ...errors import SpecboundError
@@ -16,12 +17,13 @@ from .batch import BATCH_DESIGNS, BatchDrafter, check_batch_gamma, check_design,
 from .chain import ChainDrafter, check_gamma
 from .oracle import OracleTreeDrafter, TargetLaws, draft_tree_from_optimal
 from .trees import DynamicTreeDrafter, SampledTreeDrafter, check_tree_capacity
+from .shapes import SHAPES, ShapeDrafter, check_shape
 
 __all__ = [
     "AUTO_TREE_CAPACITY", "BATCH_DESIGNS", "BatchDrafter", "ChainDrafter", "DraftCache", "Drafter", "DynamicTreeDrafter",
     "OracleTreeDrafter", "RoundFeedback", "SampledTreeDrafter", "TREE_DRAFTERS", "TargetLaws", "check_batch_gamma",
     "check_design", "check_drafts", "check_gamma", "check_tree_capacity", "check_tree_drafter", "draft_tree_from_optimal",
-    "make_tree_drafter",
+    "make_tree_drafter", "SHAPES", "ShapeDrafter", "check_shape",
 ]
 
 TREE_DRAFTERS = ("dynamic", "sampled", "chain", "oracle")

@@ -42,6 +42,9 @@ class RoundFeedback:
     target_seconds: float       # the one target pass's wall time
     target_tokens: int          # tokens the target read in its one pass (pending committed + tree nodes)
     node_target_probs: torch.Tensor | None = None   # [n] float64: target prob of node i's token at its parent (NaN: not read)
+    verify_seconds: float = 0.0                     # verification's wall time
+    target_laws: torch.Tensor | None = None         # [n+1, V] the target's processed laws (root, after node i); None
+                                                    # when some node was not read (the budget's last depth)
 
 
 class Drafter(ABC):
@@ -53,6 +56,9 @@ class Drafter(ABC):
     cache: "DraftCache | None" = None
     #: proposes trees that are not chains, so the target must implement ``forward_tree``
     needs_tree_target: bool = False
+    #: drafts chains in some rounds and trees in others (``shape="auto"``): a round whose tree is not a
+    #: chain is verified by recursive rejection where the chain rule would be block verification
+    mixed_shapes: bool = False
 
     #: seconds the last :meth:`start` spent measuring costs (one-time set-up, not decoding)
     calibration_time: float = 0.0
