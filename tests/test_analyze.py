@@ -353,6 +353,10 @@ def test_pankratov_claims_on_tiny_analyses(pair):
             assert all(v <= o + 1e-9 for v, o in zip(values, a.oracle.per_position[r]))
         table = per_p_table(a)
         assert "oracle E[X*] at the same 2 positions" in table
+        # the chain's drafts also scored under block verification: one drafted token is one rule
+        block, token = a.drafter_exact.chain_block, a.drafter_exact.chain
+        assert "chain, block verification: exact E[X" in table and len(block.per_position) == 2
+        assert [r[0] for r in block.per_position] == pytest.approx([r[0] for r in token.per_position], abs=1e-12)
         same = np.mean([a.oracle.per_position[r] for r in rows], axis=0)
         assert table.splitlines()[-1].rstrip(" |").endswith(f"| {same[-1]:.3f}")
     study = pk.LLMStudy(analyses=analyses, table=[pk.MomentRow(f"{target.name} (target)", a.set, a.moments)

@@ -18,7 +18,7 @@ from specbound.errors import SpecboundError
 from specbound.models import ChainModel
 from specbound.theory import MarkovChain
 from specbound.theory.verification import (
-    block_residual, block_stop_probabilities, expected_accepted, token_stop_probabilities,
+    block_accepted_by_length, block_residual, block_stop_probabilities, expected_accepted, token_stop_probabilities,
 )
 
 P_MIN = 1e-3          # χ² significance level; seeds are fixed so each outcome is deterministic
@@ -130,6 +130,24 @@ def test_token_stop_probabilities_match_the_product_rule():
     b = [min(1.0, t_rows[i, x] / d_rows[i, x]) for i, x in enumerate(block)]
     want = [1 - b[0], b[0] * (1 - b[1]), b[0] * b[1] * (1 - b[2]), b[0] * b[1] * b[2]]
     assert token_stop_probabilities(target=t_rows, draft=d_rows, tokens=np.array(block)) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_block_accepted_by_length_scores_every_shorter_block(seed):
+    """E_n for n = 1..γ from ONE drafted chain (what analyze prices per capacity) equals the exact
+    expectation of the block cut at n, computed afresh from its own γ = n stop probabilities; at n = 1
+    it is the token-wise min(1, p/q)."""
+    laws = RandomLaws(5, 40 + seed)
+    block = tuple(int(x) for x in np.random.default_rng(seed).integers(5, size=6))
+    t_rows = np.stack([laws("t", block[:i]) for i in range(7)])
+    d_rows = np.stack([laws("q", block[:i]) for i in range(6)])
+    d_rows[np.arange(6), block] = np.maximum(d_rows[np.arange(6), block], 0.05)   # drawable tokens
+    d_rows /= d_rows.sum(axis=1, keepdims=True)
+    got = block_accepted_by_length(target=t_rows, draft=d_rows, tokens=np.array(block))
+    for n in range(1, 7):
+        _, stop = block_stop_probabilities(target=t_rows[:n + 1], draft=d_rows[:n], tokens=np.array(block[:n]))
+        assert got[n - 1] == pytest.approx(float(np.dot(np.arange(n + 1), stop)), abs=1e-12)
+    assert got[0] == pytest.approx(min(1.0, t_rows[0, block[0]] / d_rows[0, block[0]]), abs=1e-12)
 
 
 # ------------------------------------------------------------------ through the engine (χ²)

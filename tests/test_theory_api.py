@@ -104,6 +104,7 @@ CALLS = {
     "output_law": ((D_ROW, ACCEPT, T_ROW), {}),
     "block_weights": ((np.stack([T_ROW, T_ROW]), np.stack([D_ROW]), np.array([0])), {}),
     "block_stop_probabilities": ((np.stack([T_ROW, T_ROW]), np.stack([D_ROW]), np.array([0])), {}),
+    "block_accepted_by_length": ((np.stack([T_ROW, T_ROW]), np.stack([D_ROW]), np.array([0])), {}),
     "token_stop_probabilities": ((np.stack([T_ROW, T_ROW]), np.stack([D_ROW]), np.array([0])), {}),
     "block_residual": ((T_ROW, D_ROW, 0.5), {}),
     "expected_accepted": ((TARGET, DRAFT, 2), {}),

@@ -206,6 +206,11 @@ def speedups(result: SetAnalysis) -> Speedups:
             if exact is not None and exact.mean:
                 row.const[f"{kind}_exact"] = float(exact.mean[i]) + 1.0
                 row.wall[f"{kind}_exact"] = row.const[f"{kind}_exact"] * t1 / (r.draft_seconds_per_round + tP)
+        block = result.drafter_exact.chain_block if result.drafter_exact else None
+        chain_run = result.drafters["chain"].by_capacity.get(P) if "chain" in result.drafters else None
+        if block is not None and block.mean and chain_run is not None:    # the chain's drafts, block-verified
+            row.const["chain_block_exact"] = float(block.mean[i]) + 1.0
+            row.wall["chain_block_exact"] = row.const["chain_block_exact"] * t1 / (chain_run.draft_seconds_per_round + tP)
         sd = result.oracle_sd.by_capacity.get(P) if result.oracle_sd else None
         if sd is not None:
             row.const["oracle_sd"] = sd.tau
@@ -290,7 +295,8 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
                 timings["drafter_exact"] = time.perf_counter() - t0
                 log(f"[{set_name}] exact E[X|T] at {len(keep)} of the oracle positions: " + "; ".join(
                     f"{kind}: " + ", ".join(f"P={c}: {m:.2f}" for c, m in zip(caps, result.drafter_exact.of(kind).mean))
-                    for kind in ("dynamic", "chain")) + f"  ({timings['drafter_exact']:.0f}s)")
+                    for kind in ("dynamic", "chain", "chain_block") if result.drafter_exact.of(kind) is not None)
+                    + f"  ({timings['drafter_exact']:.0f}s)")
         if cfg.oracle_sd_prompts > 0 and cfg.oracle_sd_tokens > 0 and cfg.sd_capacities:
             t0 = time.perf_counter()
             result.oracle_sd = oracle_sd(target, prompt_ids, cfg.sd_capacities, cfg.oracle_sd_prompts,

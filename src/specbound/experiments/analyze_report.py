@@ -13,7 +13,11 @@ __all__ = ["drafter_cost_table", "per_p_table", "set_report_markdown", "speedup_
 
 def _exact_kinds(result: SetAnalysis) -> list[str]:
     exact = result.drafter_exact
-    return [k for k in EXACT_KINDS if exact is not None and exact.of(k).mean]
+    return [k for k in EXACT_KINDS if exact is not None and exact.of(k) is not None and exact.of(k).mean]
+
+
+def _exact_label(kind: str) -> str:
+    return "chain, block verification" if kind == "chain_block" else kind
 
 
 def per_p_table(result: SetAnalysis) -> str:
@@ -27,7 +31,7 @@ def per_p_table(result: SetAnalysis) -> str:
     exact_kinds = _exact_kinds(result)
     same = _oracle_at_drafter_positions(result) if exact_kinds else None
     n_exact = result.drafter_exact.n_positions if exact_kinds else 0
-    header += [f"{k}: exact E[X|T] at {n_exact} oracle positions" for k in exact_kinds]
+    header += [f"{_exact_label(k)}: exact E[X|T] at {n_exact} oracle positions" for k in exact_kinds]
     header += [f"oracle E[X*] at the same {n_exact} positions"] if same is not None else []
     rows = []
     for i, P in enumerate(caps):
@@ -66,11 +70,11 @@ def _oracle_at_drafter_positions(result: SetAnalysis):
 def speedup_table(result: SetAnalysis) -> str:
     rows_in = result.speedups.rows
     kinds = list(result.drafters)
-    ex = [k for k in kinds if f"{k}_exact" in rows_in[0].const]
+    ex = [k for k in kinds + ["chain_block"] if f"{k}_exact" in rows_in[0].const]
     header = ["P", "t(P+1)/t(1)", "const: renewal+1", "const: oracle E[X*]+1"] + [f"const: {k} τ (run)" for k in kinds]
-    header += [f"const: {k} exact+1" for k in ex]
+    header += [f"const: {_exact_label(k)} exact+1" for k in ex]
     header += ["wall: renewal (free draft)", "wall: oracle (free draft)"] + [f"wall: {k} (run τ)" for k in kinds]
-    header += [f"wall: {k} (exact)" for k in ex]
+    header += [f"wall: {_exact_label(k)} (exact)" for k in ex]
     rows = []
     for r in rows_in:
         row = [str(r.P), fmt(r.t_P_plus_1 / r.t_1, 2), fmt(r.const["renewal"], 2), fmt(r.const.get("oracle"), 2)]

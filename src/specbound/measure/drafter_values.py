@@ -30,7 +30,7 @@ from ..decoding.costs import measure_forward_costs
 from ..seeds import derive_seed
 from ..theory.speedup import CostProfile
 from ..theory.rejections import sampled_tree_value
-from ..theory.verification import block_stop_probabilities
+from ..theory.verification import block_accepted_by_length, block_stop_probabilities
 from .journal import PartialResults, no_journal
 from .llm import PromptContext, tree_laws
 from .moments import MomentSample
@@ -42,7 +42,7 @@ __all__ = ["ChainVerificationValues", "DrafterExact", "DrafterRun", "DrafterRuns
            "drafter_values_at", "dynamic_tree_values", "greedy_tree_rounds", "measure_target_costs",
            "SampledShape", "ShapeValues", "sampled_shape_values"]
 
-EXACT_KINDS = ("dynamic", "chain")
+EXACT_KINDS = ("dynamic", "chain", "chain_block")     # chain_block: the same sampled chain under block verification
 
 
 @dataclass
@@ -68,16 +68,20 @@ def drafter_values_at(target, draft, context: list[int], capacity: int, config: 
     * chain (sampled, rejection-verified): one chain of ``capacity`` tokens sampled from the draft;
       its first n tokens are a chain of length n, and given the drafted tokens the expected accepted
       length is Σ_{k≤n} Π_{i≤k} min(1, target_i(x_i)/draft_i(x_i)) (Leviathan et al. 2023).
+    * chain_block: the SAME sampled chain verified jointly (block verification, Sun et al. 2025,
+      :func:`~specbound.theory.verification.block_accepted_by_length`), so chain vs chain_block is the
+      verifier's difference alone.
 
-    ``kinds`` picks the drafters (a subset of ``("dynamic", "chain")``); ``rank`` is the sampling the
+    ``kinds`` picks the drafters (a subset of :data:`EXACT_KINDS`); ``rank`` is the sampling the
     dynamic tree is built with (default ``config``; the target's laws always use ``config``).
     """
     out = {}
     before = draft.cache_length
     if "dynamic" in kinds:
         out["dynamic"] = _dynamic_at(target, draft, context, capacity, config, generator, rank or config, before)
-    if "chain" in kinds:
-        out["chain"] = _chain_at(target, draft, context, capacity, config, generator, before)
+    if "chain" in kinds or "chain_block" in kinds:
+        token, block = _chain_at(target, draft, context, capacity, config, generator, before)
+        out.update({k: v for k, v in (("chain", token), ("chain_block", block)) if k in kinds})
     return out
 
 
@@ -126,9 +130,13 @@ def _token_wise_running(tokens, laws, q) -> np.ndarray:
     return np.cumsum(np.cumprod(ratio))
 
 
-def _chain_at(target, draft, context, capacity, config, generator, before) -> ExactAt:
+def _chain_at(target, draft, context, capacity, config, generator, before) -> tuple[ExactAt, ExactAt]:
+    """One sampled chain scored under token-wise and under block verification, for every length n."""
     tokens, laws, q, seconds, calls = _sampled_chain(target, draft, context, capacity, config, generator, before)
-    return ExactAt(_token_wise_running(tokens, laws, q).tolist(), seconds, calls, list(range(1, len(tokens) + 1)))
+    depths = list(range(1, len(tokens) + 1))
+    block = block_accepted_by_length(target=laws, draft=q[:len(tokens)], tokens=tokens) if tokens else np.zeros(0)
+    return (ExactAt(_token_wise_running(tokens, laws, q).tolist(), seconds, calls, depths),
+            ExactAt(block.tolist(), seconds, calls, list(depths)))
 
 
 class TreeValues(NamedTuple):
@@ -377,6 +385,7 @@ class DrafterValues:
     dynamic: DrafterExact
     chain: DrafterExact
     oracle_indices: list[int] = field(default_factory=list)   # which oracle positions (rows of its per_position)
+    chain_block: DrafterExact | None = None   # the chain's drafts under block verification (None: not measured)
 
     def of(self, kind: str) -> DrafterExact | None:
         return getattr(self, kind, None) if kind in EXACT_KINDS else None
@@ -414,15 +423,20 @@ def drafter_values(target, draft, samples: list[MomentSample], positions: list[t
     for i, j in positions:
         values = journal.unit(f"{key}/{i}/{j}/P{pmax}", dict[str, ExactAt], lambda i=i, j=j: measure(i, j))
         for kind in EXACT_KINDS:
+            if kind not in values:           # a journal written before chain_block existed
+                continue
             run = np.asarray(values[kind].running, dtype=np.float64)
             rows[kind].append([float(run[min(c, run.size) - 1]) if run.size else 0.0 for c in caps])
             seconds[kind].append(values[kind].draft_seconds)
         stage.advance()
     target.reset()
     draft.reset()
+    summary = {kind: _summary(rows[kind], seconds[kind], len(caps)) for kind in EXACT_KINDS
+               if len(rows[kind]) == len(positions)}
     return DrafterValues(caps, len(positions), "per-position exact E[X | drafted tree] (chain: acceptance coins "
-                         "integrated out), same positions as the oracle; draft seconds are for the largest P",
-                         *(_summary(rows[kind], seconds[kind], len(caps)) for kind in EXACT_KINDS))
+                         "integrated out; chain_block: the same chains under block verification), same positions "
+                         "as the oracle; draft seconds are for the largest P",
+                         summary["dynamic"], summary["chain"], chain_block=summary.get("chain_block"))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -146,8 +146,9 @@ __all__ += ["CostProfile", "allocate_batch_nodes", "batch_throughput", "best_bat
 
 # Sun et al. 2025: block verification of a drafted chain, next to token-wise verification
 from .verification import (  # noqa: E402
-    VERIFICATIONS, block_residual, block_stop_probabilities, block_weights, expected_accepted, token_stop_probabilities,
+    VERIFICATIONS, block_accepted_by_length, block_residual, block_stop_probabilities, block_weights, expected_accepted,
+    token_stop_probabilities,
 )
 
-__all__ += ["VERIFICATIONS", "block_residual", "block_stop_probabilities", "block_weights", "expected_accepted",
+__all__ += ["VERIFICATIONS", "block_accepted_by_length", "block_residual", "block_stop_probabilities", "block_weights", "expected_accepted",
             "token_stop_probabilities"]

@@ -33,8 +33,8 @@ from ..errors import SpecboundError
 from .chains import MarkovChain
 
 __all__ = [
-    "VERIFICATIONS", "block_residual", "block_stop_probabilities", "block_weights", "expected_accepted",
-    "token_stop_probabilities",
+    "VERIFICATIONS", "block_accepted_by_length", "block_residual", "block_stop_probabilities", "block_weights",
+    "expected_accepted", "token_stop_probabilities",
 ]
 
 #: Verification rules of a drafted chain: token-wise (Yin et al. 2024, Alg. 1) and block (Sun et al. 2025, Alg. 2).
@@ -83,6 +83,24 @@ def block_stop_probabilities(*, target, draft, tokens) -> tuple[np.ndarray, np.n
     stay = np.cumprod((1.0 - h)[::-1])[::-1]                        # Π_{j ≥ i} (1 − h_j)
     after = np.append(stay[1:], 1.0)                                 # Π_{j > i} (1 − h_j)
     return h, h * after
+
+
+def block_accepted_by_length(*, target, draft, tokens) -> np.ndarray:
+    """E[τ | the block's first n tokens] for n = 1..γ under block verification (Sun et al. 2025, Alg. 2):
+    the exact expected accepted tokens of every shorter block cut from one drafted chain.
+
+    h_i (i < n) depends only on the prefix up to i, so a block cut at n keeps h_1..h_{n−1} of the full
+    block and ends with h_n = p_n (:func:`block_stop_probabilities`); E_n = Σ_i i·h_i·Π_{j>i}(1 − h_j)."""
+    target, draft, tokens = _check_block(target, draft, tokens)
+    gamma = tokens.shape[0]
+    h, _ = block_stop_probabilities(target=target, draft=draft, tokens=tokens)
+    p = block_weights(target=target, draft=draft, tokens=tokens)
+    out = np.zeros(gamma)
+    for n in range(1, gamma + 1):
+        hn = np.append(h[:n], p[n])
+        after = np.append(np.cumprod((1.0 - hn)[::-1])[::-1][1:], 1.0)
+        out[n - 1] = float(np.dot(np.arange(n + 1), hn * after))
+    return out
 
 
 def block_residual(*, target, draft, weight: float) -> np.ndarray:
