@@ -7,16 +7,16 @@ counts the engine realises; the choice rule's schedule on given rates; bad input
 """
 import numpy as np
 import pytest
-import torch
 
 from helpers import chain_models, chain_pair, chi_square_pvalue, encode, processed_chain
+from test_batch_engine import no_residual_update     # the planted bug: siblings tested without the residual update
 from specbound.decoding import SamplingConfig, Speculator, autoregressive_decode, speculative_decode
 from specbound.decoding import verify as verify_module
 from specbound.decoding.drafters import ShapeDrafter
 from specbound.decoding.drafters.shapes import drafted_value
 from specbound.decoding.engine import DraftSpec, make_generator
 from specbound.decoding.policy import ShapeChoice
-from specbound.decoding.verify import BLOCK, STANDARD, CandidatesVerdict, acceptance_probability, residual_distribution
+from specbound.decoding.verify import BLOCK, STANDARD
 from specbound.errors import SpecboundError
 from specbound.models import ChainModel
 
@@ -59,21 +59,10 @@ def test_output_law_of_first_three_tokens_is_the_target_law(config, verification
     assert chi_square_pvalue(encode(samples, 4), law) > P_MIN
 
 
-def no_residual_update(candidates, *, target, draft, generator=None, alive=None):
-    """Planted bug in the tree rounds: every sibling is tested against the target itself (the residual is
-    NOT updated after a rejected sibling)."""
-    accepted = torch.full((candidates.shape[0],), -1, dtype=torch.long)
-    for j in range(candidates.shape[1]):
-        testing = accepted < 0 if alive is None else (accepted < 0) & alive[:, j]
-        ratio = acceptance_probability(target=target, draft=draft, tokens=candidates[:, j])
-        ok = testing & (torch.rand(ratio.shape, generator=generator, dtype=ratio.dtype) < ratio)
-        accepted = torch.where(ok, torch.full_like(accepted, j), accepted)
-    return CandidatesVerdict(accepted, residual_distribution(target=target, draft=draft), torch.zeros(len(accepted)))
-
-
 @pytest.mark.montecarlo
 def test_chi_square_catches_a_biased_tree_round(monkeypatch):
     # same instance, runs and test as the lossless check (top-k setting); only the tree rounds are biased
+    # (every sibling tested against the target itself: the residual is not updated after a rejection)
     monkeypatch.setattr(verify_module, "recursive_rejection_sampling", no_residual_update)
     law, samples = _law_and_samples(*SETTINGS[1])
     assert chi_square_pvalue(encode(samples, 4), law) < P_MIN

@@ -90,16 +90,3 @@ def test_speed_of_light_speedup_picks_the_capacity_by_hand():
     assert speed_of_light_speedup({1: 0.8, 3: 1.9, 7: 2.6}, CostProfile.constant()) == (7, pytest.approx(3.6))
     with pytest.raises(SpecboundError, match="at least one capacity"):
         speed_of_light_speedup({}, cost)
-
-
-def test_round_speedup_with_the_loops_own_round_work_by_hand():
-    """(1 + E[X]) · plain seconds / (draft + pass_scale · t(v) + work); the defaults are t(1), 1 and 0."""
-    from specbound.theory.speedup import round_speedup
-
-    cost = CostProfile((1, 4), (0.1, 0.2))
-    assert float(round_speedup(1.0, 0.05, cost, 4)) == pytest.approx(2 * 0.1 / (0.05 + 0.2))
-    got = float(round_speedup(1.0, 0.05, cost, 4, work=0.02, plain_seconds=0.12, pass_scale=1.5))
-    assert got == pytest.approx(2 * 0.12 / (0.05 + 1.5 * 0.2 + 0.02))
-    for bad in (dict(work=-0.1), dict(pass_scale=0.0), dict(plain_seconds=0.0)):
-        with pytest.raises(SpecboundError, match="work must be"):
-            round_speedup(1.0, 0.05, cost, 4, **bad)

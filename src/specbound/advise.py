@@ -27,9 +27,7 @@ Ingredients (all measured here, through the engine; formulas from :mod:`specboun
   deterministic drafter, §1–§2) and the bound from the target's entropy moments μ, μ₂ (§3);
 
 combined by :func:`specbound.theory.round_speedup`: speed-up = (1 + E[X]) · t(1) / (draft seconds +
-t(tokens verified)); at T > 0 with what the loop itself measured on the calibration prompts
-(:class:`RoundWork`): plain decoding's seconds per token for t(1), the target step as the loop runs it
-(its laws processed) as a scale on t, and the round's seconds outside both steps (verification, the loop). The recommendation is the best predicted setting, or plainly "speculation will
+t(tokens verified)). The recommendation is the best predicted setting, or plainly "speculation will
 not pay here". :func:`measure_settings` then runs several settings on held-out prompts and reports
 measured / predicted.
 """
@@ -59,7 +57,7 @@ from .theory.speedup import (
     shared_pass_throughput,
 )
 
-__all__ = ["AdviseConfig", "Advice", "BatchAdvice", "ModeAdvice", "RoundWork", "Setting", "advise", "batch_advice", "batch_table",
+__all__ = ["AdviseConfig", "Advice", "BatchAdvice", "ModeAdvice", "Setting", "advise", "batch_advice", "batch_table",
            "measure_batches", "measure_settings", "recommendation"]
 
 MODES = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0)}
@@ -161,8 +159,6 @@ class ModeAdvice:
     block_positions: dict[int, float] = field(default_factory=dict)
     # T > 0: sampled trees and M-draft batches (recursive rejection), exact at the same positions
     shapes: list[Setting] = field(default_factory=list)
-    # T > 0: the round's work outside the calibrated forwards and the in-loop pass scale (every setting priced with it)
-    round_work: RoundWork | None = None
 
     @property
     def best_block(self) -> Setting | None:
@@ -203,30 +199,6 @@ class Advice:
 
 # ----------------------------------------------------------------------------------------------- measure
 @dataclass
-class RoundWork:
-    """T > 0: what a round costs beyond the calibrated forwards, measured in the decoding loop itself on
-    the calibration prompts (:func:`specbound.theory.round_speedup`'s ``work``, ``pass_scale`` and
-    ``plain_seconds``). At T > 0 each round processes the target's laws over the whole vocabulary,
-    samples and verifies, and plain decoding samples every token; none of that is in t(k), and one
-    calibration of t(k) on a busy moment moves every prediction (two advise runs 50 minutes apart
-    predicted 1.43× and ~2.0× for the same chains, measured 1.25× both times)."""
-
-    gamma: int                 # the chain length of the acceptance run
-    target_seconds: float      # its target step per round (the pass and its laws), measured
-    curve_seconds: float       # t(γ + 1) of the calibrated curve
-    work: float                # its seconds per round outside the draft and target steps (verification, the loop)
-    plain_seconds: float       # plain decoding's seconds per token on the same prompts (decode only)
-
-    @property
-    def pass_scale(self) -> float:
-        return self.target_seconds / self.curve_seconds
-
-    def pricing(self) -> dict:
-        """The keywords of :func:`~specbound.theory.round_speedup` for this mode."""
-        return {"work": self.work, "plain_seconds": self.plain_seconds, "pass_scale": self.pass_scale}
-
-
-@dataclass
 class AcceptanceRun:
     """What the fixed-γ chain runs on the calibration prompts give: per-position acceptance α_i, the
     target's texts (its own greedy text at T = 0) and the draft's seconds per forward inside a chain."""
@@ -234,23 +206,6 @@ class AcceptanceRun:
     alpha: list[float]
     texts: list[tuple[list[int], list[int]]]       # (prompt, generated tokens)
     draft_seconds_per_call: float
-    rounds: int = 0
-    target_seconds: float = 0.0                    # summed over the runs: target steps
-    work_seconds: float = 0.0                      # decoding time outside the draft and target steps
-
-
-def _round_work(target, prompts, tokens, run: AcceptanceRun, gamma: int, sampling, verify_cost, seed) -> RoundWork:
-    """:class:`RoundWork` from the acceptance run and plain decoding of the same prompts (one run each,
-    ``derive_seed(seed, "advise plain", k)``)."""
-    seconds, new = 0.0, 0
-    for k, ids in enumerate(prompts):
-        m = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, top_k=sampling.top_k,
-                                  top_p=sampling.top_p, seed=derive_seed(seed, "advise plain", k)).metrics
-        seconds, new = seconds + m.total_time - m.prefill_time, new + m.new_tokens
-    rounds = max(run.rounds, 1)
-    return RoundWork(gamma=gamma, target_seconds=run.target_seconds / rounds,
-                     curve_seconds=float(verify_cost(gamma + 1)), work=max(run.work_seconds / rounds, 0.0),
-                     plain_seconds=seconds / max(new, 1))
 
 
 def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> AcceptanceRun:
@@ -258,7 +213,6 @@ def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> Ac
     decodes with ``derive_seed(seed, "advise acceptance", k)`` (the same for every mode)."""
     reached, accepted = np.zeros(gamma), np.zeros(gamma)
     texts, draft_seconds, draft_calls = [], 0.0, 0
-    rounds, target_seconds, work = 0, 0.0, 0.0
     for k, ids in enumerate(prompts):
         res = speculative_decode(target, draft, ids, tokens, gamma=gamma, temperature=sampling.temperature,
                                  top_k=sampling.top_k, top_p=sampling.top_p,
@@ -266,8 +220,6 @@ def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> Ac
         m = res.metrics
         texts.append((list(ids), list(res.tokens)))
         draft_seconds, draft_calls = draft_seconds + m.draft_time, draft_calls + m.draft_calls
-        rounds, target_seconds = rounds + m.target_calls, target_seconds + m.target_time
-        work += m.total_time - m.prefill_time - m.draft_time - m.target_time
         n = min(gamma, len(m.position_reached))
         reached[:n] += m.position_reached[:n]
         accepted[:n] += m.position_accepted[:n]
@@ -277,7 +229,7 @@ def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> Ac
     for a in alpha:                                      # unseen deep positions reuse the last seen rate
         last = last if math.isnan(a) else float(a)
         out.append(last)
-    return AcceptanceRun(out, texts, draft_seconds / max(draft_calls, 1), rounds, target_seconds, work)
+    return AcceptanceRun(out, texts, draft_seconds / max(draft_calls, 1))
 
 
 def _greedy_matches(draft, texts) -> list[np.ndarray]:
@@ -324,9 +276,6 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
         run = _acceptance_run(target, draft, prompt_ids, config.tokens, config.chain_gamma, sampling, config.seed)
         alpha = run.alpha
         matches = _greedy_matches(draft, run.texts) if sampling.greedy else None
-        work = None if sampling.greedy else _round_work(target, prompt_ids, config.tokens, run, config.chain_gamma,
-                                                         sampling, verify_cost, config.seed)
-        pricing = work.pricing() if work is not None else {}
         chain = {}
         for g in GAMMAS:
             if matches:          # exact along the target's greedy texts, rounds where they really start
@@ -336,7 +285,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
                 tau = expected_tokens_per_step(alpha, g)
             seconds = run.draft_seconds_per_call * g      # a draft forward as it costs inside a running chain
             chain[g] = Setting(kind="chain", size=g, expected_tokens=tau, draft_seconds=seconds, verified_tokens=g + 1,
-                               predicted=float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1, **pricing)))
+                               predicted=float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
         if sampling.greedy:      # rounds along the target's own greedy texts, where they really start
             trees = greedy_tree_rounds(draft, run.texts, CAPACITIES, sampling)
         else:                    # exact values at the oracle's positions of the target's samples
@@ -347,9 +296,8 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             seconds = _tree_draft_seconds(trees.reads[j], draft_cost)
             value = float(trees.values[j])
             tree[P] = Setting(kind="tree", size=P, expected_tokens=1.0 + value, draft_seconds=seconds,
-                              verified_tokens=P + 1,
-                              predicted=float(round_speedup(value, seconds, verify_cost, P + 1, **pricing)))
-        advice = ModeAdvice(mode, alpha, chain, tree, round_work=work)
+                              verified_tokens=P + 1, predicted=float(round_speedup(value, seconds, verify_cost, P + 1)))
+        advice = ModeAdvice(mode, alpha, chain, tree)
         if not sampling.greedy:  # at greedy block verification is token-wise verification
             values = chain_verification_values(target, draft, contexts, GAMMAS, sampling,
                                                derive_seed(config.seed, "advise block", mode))
@@ -363,8 +311,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
                 seconds = chain[g].draft_seconds
                 advice.block[g] = Setting(kind="block", size=g, expected_tokens=tau, draft_seconds=seconds,
                                           verified_tokens=g + 1,
-                                          predicted=float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1,
-                                                                                        **pricing)))
+                                          predicted=float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
                 advice.block_token[g], advice.block_positions[g] = token_tokens, block_tokens
             shaped = sampled_shape_values(target, draft, contexts, SAMPLED_SHAPES, sampling,
                                           derive_seed(config.seed, "advise sampled shapes", mode))
@@ -375,8 +322,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
                 advice.shapes.append(Setting(kind=shape.kind, size=shape.size, gamma=shape.gamma,
                                              expected_tokens=1.0 + value, draft_seconds=seconds,
                                              verified_tokens=verified,
-                                             predicted=float(round_speedup(value, seconds, verify_cost, verified,
-                                                                           **pricing))))
+                                             predicted=float(round_speedup(value, seconds, verify_cost, verified))))
         if mode == "greedy":      # a greedy target is a point mass: the optimal tree is its arg-max chain
             advice.oracle = {P: float(P) for P in CAPACITIES}
         else:

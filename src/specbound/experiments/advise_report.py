@@ -67,15 +67,6 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
         if sol:
             lines += [f"Speed of light with this cost curve (the target drafting its own optimal tree T*(P) for "
                       f"free): {sol[1]:.2f}× at P = {sol[0]}.", ""]
-        w = m.round_work
-        if w is not None:
-            lines += [f"Priced with what the decoding loop itself measured on the calibration prompts (T > 0): plain "
-                      f"decoding {1e3 * w.plain_seconds:.1f} ms per token (the curve's t(1): "
-                      f"{advice.costs['target_ms'][0]:.1f} ms); the target step of a γ = {w.gamma} chain "
-                      f"{1e3 * w.target_seconds:.1f} ms per round against the curve's t({w.gamma + 1}) "
-                      f"{1e3 * w.curve_seconds:.1f} ms (every target pass scaled by {w.pass_scale:.2f}); "
-                      f"{1e3 * w.work:.1f} ms per round outside the draft and target steps (verification, the "
-                      "loop), added to every setting's round.", ""]
         lines += ["Chain (acceptance per position: " + ", ".join(f"{a:.2f}" for a in m.acceptance[:8]) + " …)", "",
                   md_table(["γ", "E[tokens/round]", "draft s/round", "predicted", "measured"],
                            [[str(g), fmt(s.expected_tokens, 2), fmt(s.draft_seconds, 3), _x(s.predicted), _x(s.measured)]

@@ -155,8 +155,7 @@ def best_gamma(alpha, draft_cost: float, verify_cost: CostProfile, max_gamma: in
     return g, gains[g]
 
 
-def round_speedup(expected_accepted, draft_seconds, verify_cost: CostProfile, verified_tokens, *,
-                  work: float = 0.0, plain_seconds: float | None = None, pass_scale: float = 1.0) -> np.ndarray:
+def round_speedup(expected_accepted, draft_seconds, verify_cost: CostProfile, verified_tokens) -> np.ndarray:
     """Speed-up of rounds that yield 1 + E[X] tokens for ``draft_seconds`` of drafting plus one target
     pass over ``verified_tokens`` tokens, against plain decoding at t(1) per token:
 
@@ -165,22 +164,12 @@ def round_speedup(expected_accepted, draft_seconds, verify_cost: CostProfile, ve
     E[X] is the tree value Σ_{v∈T} p_target(v) of the drafted tree (Pankratov & Alistarh 2026, §2;
     for a chain with positional acceptance α, Σ_i Π_{j≤i} α_j, Leviathan et al. 2023). With free
     drafting and t(k) = t(1) (Yin et al. 2024, Assumption 1) it is 1 + E[X]. Broadcasts over arrays.
-
-    Measured in the decoding loop itself, a round also costs ``work`` seconds outside both models'
-    forwards (verification, the loop), its target pass costs ``pass_scale`` times the calibrated t
-    (the pass as the loop runs it: its laws processed, the machine as it is now), and plain decoding
-    ``plain_seconds`` per token instead of t(1):
-
-        speed-up = (1 + E[X]) · plain seconds / (draft seconds + pass_scale · t(verified tokens) + work).
     """
     x = np.asarray(expected_accepted, dtype=np.float64)
     d = np.asarray(draft_seconds, dtype=np.float64)
     if np.any(x < 0) or np.any(d < 0):
         raise SpecboundError("expected accepted tokens and draft seconds must be >= 0")
-    if work < 0 or pass_scale <= 0 or (plain_seconds is not None and plain_seconds <= 0):
-        raise SpecboundError("work must be >= 0, pass_scale and plain_seconds > 0")
-    plain = float(verify_cost(1)) if plain_seconds is None else float(plain_seconds)
-    return (1.0 + x) * plain / (d + pass_scale * verify_cost(np.asarray(verified_tokens)) + work)
+    return (1.0 + x) * float(verify_cost(1)) / (d + verify_cost(np.asarray(verified_tokens)))
 
 
 def speed_of_light_speedup(expected_accepted_by_capacity: dict[int, float], verify_cost: CostProfile) -> tuple[int, float]:
