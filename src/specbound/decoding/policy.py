@@ -425,7 +425,6 @@ class ShapeChoice:
         self.round = 0
         self.tokens = dict.fromkeys(names, 0.0)     # recency-weighted sums per shape
         self.seconds = dict.fromkeys(names, 0.0)
-        self.weight = dict.fromkeys(names, 0.0)
         self.count = dict.fromkeys(names, 0)
         self.chosen = dict.fromkeys(names, 0)
         self.retries = dict.fromkeys(names, 0)
@@ -473,5 +472,4 @@ class ShapeChoice:
         m = self.memory
         self.tokens[name] = m * self.tokens[name] + float(tokens)
         self.seconds[name] = m * self.seconds[name] + float(seconds)
-        self.weight[name] = m * self.weight[name] + 1.0
         self.count[name] += 1

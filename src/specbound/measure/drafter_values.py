@@ -30,7 +30,7 @@ from ..decoding.costs import measure_forward_costs
 from ..seeds import derive_seed
 from ..theory.speedup import CostProfile
 from ..theory.rejections import sampled_tree_value
-from ..theory.verification import block_accepted_by_length, block_stop_probabilities
+from ..theory.verification import block_accepted_by_length
 from .journal import PartialResults, no_journal
 from .llm import PromptContext, tree_laws
 from .moments import MomentSample
@@ -274,8 +274,8 @@ def chain_verification_values(target, draft, contexts: list[list[int]], gammas, 
                               seed: int = 0) -> ChainVerificationValues:
     """Exact E[accepted | drafted chain] of token-wise verification (Yin et al. 2024, Alg. 1:
     Σ_k Π_{i≤k} min(1, target_i/draft_i)) and of block verification (Sun et al. 2025, Alg. 2:
-    Σ_i i·P(τ = i | block), :func:`specbound.theory.verification.block_stop_probabilities`) for the
-    first γ tokens of one chain sampled from the draft at each context (context c draws from
+    Σ_i i·P(τ = i | block), every γ from one chain: :func:`specbound.theory.verification.block_accepted_by_length`)
+    for the first γ tokens of one chain sampled from the draft at each context (context c draws from
     ``derive_seed(seed, "chain verification values", c)``); both rules score the same chains, so
     their difference is the verifier's alone. Laws are the processed ones (T, top-k, top-p)."""
     gs = [int(g) for g in gammas]
@@ -287,14 +287,13 @@ def chain_verification_values(target, draft, contexts: list[list[int]], gammas, 
         d_ctx.set(context)
         generator = make_generator(derive_seed(seed, "chain verification values", c))
         tokens, laws, q, _, _ = _sampled_chain(target, draft, context, gmax, sampling, generator, draft.cache_length)
+        if not tokens:
+            continue
         running = _token_wise_running(tokens, laws, q)
+        running_block = block_accepted_by_length(target=laws, draft=q[:len(tokens)], tokens=tokens)
         for j, g in enumerate(gs):
             n = min(g, len(tokens))
-            if n == 0:
-                continue
-            token[c, j] = running[n - 1]
-            _, stop = block_stop_probabilities(target=laws[:n + 1], draft=q[:n], tokens=tokens[:n])
-            block[c, j] = float(np.dot(np.arange(n + 1), stop))
+            token[c, j], block[c, j] = running[n - 1], running_block[n - 1]
     target.reset()
     draft.reset()
     n = len(contexts)

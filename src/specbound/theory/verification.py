@@ -80,9 +80,14 @@ def block_stop_probabilities(*, target, draft, tokens) -> tuple[np.ndarray, np.n
         h[i] = s / den if den > 0 else 0.0
     if gamma:
         h[gamma] = p[gamma]
+    return h, _stop_probabilities(h)
+
+
+def _stop_probabilities(h: np.ndarray) -> np.ndarray:
+    """P(τ = i) = h_i·Π_{j>i}(1 − h_j), i = 0..γ, for τ = max{i : η_i ≤ h_i} (independent uniforms η_i)."""
     stay = np.cumprod((1.0 - h)[::-1])[::-1]                        # Π_{j ≥ i} (1 − h_j)
     after = np.append(stay[1:], 1.0)                                 # Π_{j > i} (1 − h_j)
-    return h, h * after
+    return h * after
 
 
 def block_accepted_by_length(*, target, draft, tokens) -> np.ndarray:
@@ -97,9 +102,7 @@ def block_accepted_by_length(*, target, draft, tokens) -> np.ndarray:
     p = block_weights(target=target, draft=draft, tokens=tokens)
     out = np.zeros(gamma)
     for n in range(1, gamma + 1):
-        hn = np.append(h[:n], p[n])
-        after = np.append(np.cumprod((1.0 - hn)[::-1])[::-1][1:], 1.0)
-        out[n - 1] = float(np.dot(np.arange(n + 1), hn * after))
+        out[n - 1] = float(np.dot(np.arange(n + 1), _stop_probabilities(np.append(h[:n], p[n]))))
     return out
 
 
