@@ -554,3 +554,123 @@ def test_peers_speculative_hooks_keep_greedy_output(paths, target, draft):
     assert costs.ks == (1, 2, 8) and all(lo <= m <= hi for lo, m, hi in zip(costs.minimum, costs.median,
                                                                                costs.maximum))
     assert "k | median ms" in costs.table()
+
+
+# --------------------------------------------------------------------------- a batch's rows in one context
+
+def _joint_read(rows_and_reads):
+    """One shared pass over several rows: [(row, tokens, parents or None for a chain)] -> logits."""
+    from specbound.models.llamacpp import _read_rows, _RowRead
+
+    reads = []
+    for row, tokens, parents in rows_and_reads:
+        chain = parents is None
+        if chain:
+            parents = row.slots.chain_parents(len(tokens))
+        reads.append(_RowRead(row, torch.tensor([tokens]), list(parents), chain and row.slots.is_chain, None))
+    return _read_rows(reads)
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_rows_of_one_context_read_together_like_fresh_caches(paths, reference, seed):
+    """Three rows of ONE llama.cpp context (``fork_rows``): random tree reads, chain reads, crops,
+    keep_paths and resets, the reads of every step's rows in ONE llama_decode. Every logit equals a
+    fresh read of its row's branch, each row's sequences stay inside its own id range, and one row's
+    rollback never touches another's cells."""
+    fresh = fresh_reader(reference)
+    model = make(paths["target"], n_ctx=256, n_batch=16, identity=None)
+    rows = model.fork_rows(3)
+    assert len({id(r._ctx_users) for r in rows}) == 1 and rows[0]._ctx is rows[2]._ctx is not model._ctx
+    ranges = [set(r._own_sequences()) for r in rows]
+    assert not (ranges[0] & ranges[1]) and not (ranges[1] & ranges[2])
+    gen = np.random.default_rng(seed)
+    mirrors = []
+    for row in rows:
+        prefix = gen.integers(3, row.vocab_size, size=int(gen.integers(2, 9))).tolist()
+        mirrors.append(Mirror(prefix))
+    calls = sum(r.decode_calls for r in rows)
+    prefills = _joint_read([(r, m.tokens, None) for r, m in zip(rows, mirrors)])
+    assert sum(r.decode_calls for r in rows) == calls + 1        # three prompts, one llama_decode
+    for m, logits in zip(mirrors, prefills):
+        torch.testing.assert_close(logits[0], fresh(m.tokens), atol=ATOL, rtol=1e-4)
+    ops = dict(tree=0, forward=0, crop=0, keep=0, reset=0)
+    for step in range(40):
+        reads = []
+        for j, (row, mirror) in enumerate(zip(rows, mirrors)):
+            op = gen.choice(["tree", "tree", "forward", "crop", "keep", "idle", "reset"] if step % 7 == 6 else
+                            ["tree", "tree", "forward", "crop", "keep", "idle"])
+            length, chain = row.cache_length, row.committed_length
+            if length > 150:
+                op = "keep"
+            if op in ("tree", "forward") and length == 0:
+                op = "forward"
+            if op == "tree":
+                n = int(gen.integers(1, 5))
+                parents = [int(gen.choice(range(chain - 1, length + i))) for i in range(n)]
+                tokens = gen.integers(3, row.vocab_size, size=n).tolist()
+                reads.append((j, tokens, parents))
+            elif op == "forward":
+                tokens = gen.integers(3, row.vocab_size, size=int(gen.integers(1, 4))).tolist()
+                reads.append((j, tokens, None))
+            elif op == "crop" and length:
+                new = int(gen.integers(max(1, chain - 2), length + 1))
+                row.crop(new)
+                mirror.crop(new)
+            elif op == "keep" and length:
+                end = int(gen.integers(max(0, chain - 1), length))
+                base = int(gen.integers(1, chain + 1)) if chain else 0
+                path, slot = [], end
+                while slot >= base:
+                    path.append(slot)
+                    slot = mirror.parents[slot]
+                path = path[::-1]
+                row.keep_path(base, path)
+                mirror.keep(base, path)
+            elif op == "reset":
+                row.reset()
+                mirrors[j] = Mirror([])
+            if op != "idle":
+                ops[op] += 1
+        if reads:
+            starts = [rows[j].cache_length for j, _, _ in reads]
+            outs = _joint_read([(rows[j], tokens, parents) for j, tokens, parents in reads])
+            for (j, tokens, parents), first, logits in zip(reads, starts, outs):
+                if parents is None:
+                    parents = list(range(first - 1, first - 1 + len(tokens)))
+                mirrors[j].add(tokens, parents)
+                assert_nodes_match_fresh(fresh, mirrors[j], first, logits)
+        for j, (row, mirror) in enumerate(zip(rows, mirrors)):
+            assert row.cache_length == len(mirror.tokens), f"step {step}, row {j}"
+            seqs = row.kv_sequence_ranges()
+            assert all(lo == 0 and hi < row.cache_length for lo, hi in seqs.values()), (step, j, seqs)
+            assert (row._seq_base in seqs) == (row.cache_length > 0)
+        held = [set(r.kv_sequence_ranges()) for r in rows]       # all of the context's sequences with cells
+        every = set(range(int(model._lib.llama_max_parallel_sequences())))
+        used = {s for s in every if int(model._lib.llama_memory_seq_pos_max(rows[0]._mem, s)) >= 0}
+        assert used == held[0] | held[1] | held[2], step        # no cell outside some row's own paths
+    assert ops.pop("reset") >= 1 and min(ops.values()) >= 5, ops
+    for r in rows:
+        r.close()
+
+
+def test_a_failed_joint_read_leaves_every_row_intact(paths, reference):
+    fresh = fresh_reader(reference)
+    model = make(paths["target"], n_ctx=128, max_sequences=4, identity=None)
+    rows = model.fork_rows(2)
+    assert [r.max_sequences for r in rows] == [4, 4]
+    _joint_read([(rows[0], [1, 2, 3], None), (rows[1], [9, 8], None)])
+    _joint_read([(rows[0], [4, 5, 6, 7], [2, 2, 2, 2]), (rows[1], [6], None)])   # row 0: 4 leaves
+    with pytest.raises(SpecboundError, match="max_sequences=4"):
+        _joint_read([(rows[1], [7, 7], [2, 2]), (rows[0], [8], [2])])            # row 0: a fifth leaf
+    assert rows[0].cache_length == 7 and rows[1].cache_length == 3
+    out = _joint_read([(rows[0], [9], [3]), (rows[1], [10], None)])
+    torch.testing.assert_close(out[0][0, 0], fresh([1, 2, 3, 4, 9])[-1], atol=ATOL, rtol=1e-4)
+    torch.testing.assert_close(out[1][0, 0], fresh([9, 8, 6, 10])[-1], atol=ATOL, rtol=1e-4)
+    with pytest.raises(SpecboundError, match="needs a llama.cpp sequence per row"):
+        model.fork_rows(int(model._lib.llama_max_parallel_sequences()) + 1)
+    rows[0].close()                                  # the context lives while a row uses it
+    torch.testing.assert_close(rows[1].forward(torch.tensor([[11]]))[0, 0], fresh([9, 8, 6, 10, 11])[-1],
+                               atol=ATOL, rtol=1e-4)
+    rows[1].close()
+    with pytest.raises(SpecboundError, match="closed"):
+        rows[1].forward(torch.tensor([[1]]))

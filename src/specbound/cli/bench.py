@@ -51,8 +51,8 @@ def add_arguments(p) -> None:
     p.add_argument("--gammas", default="auto,4",
                    help="with --batch: the draft lengths to run (comma list of integers and 'auto')")
     p.add_argument("--draft-engine", default=DEFAULT_DRAFT_ENGINE, choices=list(DRAFT_ENGINES),
-                   help="with --batch: where the draft's rows run (torch int8: rows share one pass; its GGUF on "
-                        "llama.cpp: a context per row, read in turn; auto: llama.cpp when installed)")
+                   help="with --batch: where the draft's rows run (torch int8, or its GGUF on llama.cpp: rows share "
+                        "one pass either way; auto: llama.cpp when installed)")
     p.add_argument("--contention", action="store_true",
                    help="instead: slowdown of plain and speculative decoding beside one CPU hog, per OpenMP wait "
                         "policy (PASSIVE, ACTIVE) and torch threads (2, 1)")

@@ -18,7 +18,7 @@ Sizing: ``gamma="auto"`` gives the whole batch ONE chain length per round
 (:class:`~specbound.decoding.policy.BatchDraftLength`: the γ of best predicted total throughput from
 the pooled acceptance and the batch's measured passes, 0 = plain batched decoding), because a round
 lasts as long as its longest draft when the draft's rows share passes; where they are read in turn
-(llama.cpp), a request that drafts less costs the round less, so each request sizes its own chain and
+(backends without shared passes), a request that drafts less costs the round less, so each request sizes its own chain and
 the batch's cost model only sets each round's limit (0 = a plain round). ``tree="auto"`` sizes each
 request's tree against the cost of the
 SHARED pass: its prior is t_B(k) = t(B·k), d_B(k) = d(B·k) (when all B requests send k tokens, the
@@ -178,12 +178,10 @@ def check_batch_memory(target, draft, prompts, budgets, available: int | None = 
 def _rows(model: LanguageModel, n: int, scheduler: PassScheduler, priority: int) -> list[LanguageModel]:
     if not model.supports_batches:
         model.fork()                         # raises the backend's clear refusal
-    rows = []
-    for _ in range(n):
-        row = model.fork()
+    rows = model.fork_rows(n)
+    for row in rows:
         if hasattr(row, "scheduler"):        # rows whose reads can share one pass
             row.scheduler, row.batch_priority = scheduler, priority
-        rows.append(row)
     return rows
 
 
@@ -265,11 +263,11 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     gives request i the seed ``seed + i``, so request 0 decodes exactly as ``speculative_decode`` with
     ``seed`` would, and no request's stream depends on the others. ``callback(i, new_token_ids)``
     streams request i's tokens. Every draft and target pass is shared by the requests waiting on it
-    (rows of backends that can share passes: Llama-family Hugging Face models with the static cache;
-    others decode their rows in turn, with the same output: llama.cpp rows, each a context of its own
-    over the same weights, one after another in the serving thread). ``gamma="auto"`` gives the batch one chain
-    length per round (:class:`~specbound.decoding.policy.BatchDraftLength`; with llama.cpp draft rows, a
-    per-round limit under which each request sizes its own chain); ``tree="auto"`` sizes each
+    (rows of backends that can share passes: Llama-family Hugging Face models with the static cache,
+    and llama.cpp models, whose rows are sequence ids of one context (:meth:`LlamaCppModel.fork_rows`);
+    others decode their rows in turn, with the same output). ``gamma="auto"`` gives the batch one chain
+    length per round (:class:`~specbound.decoding.policy.BatchDraftLength`; with draft rows read in
+    turn, a per-round limit under which each request sizes its own chain); ``tree="auto"`` sizes each
     request's tree against the shared pass (:func:`batch_cost_prior`).
     """
     sampling = SamplingConfig(temperature, top_k, top_p)

@@ -282,7 +282,7 @@ def markdown(result: BatchedResult, command: str = "") -> str:
                   f"(B = {c.batches[0]}): mean, lowest and highest ratio over the requests, and the drafted tokens "
                   "per round in the batch and alone. A fixed γ drafts and accepts exactly as alone at greedy; "
                   "with γ = auto the batch policy (BatchDraftLength) sets each round's draft length for the "
-                  "batch — or, where the draft's rows are read in turn (llama.cpp), a limit under which each "
+                  "batch — or, where the draft's rows are read in turn, a limit under which each "
                   "request sizes its own chain, 0 for a plain round — so τ follows what it chose.", "",
                   md_table(["B", "method", "τ batch / τ alone (mean)", "lowest", "highest", "requests",
                             "drafted/round in batch", "drafted/round alone"],
@@ -297,7 +297,7 @@ def markdown(result: BatchedResult, command: str = "") -> str:
     if result.alpha:
         lines += ["Prediction (`theory/speedup.py`, `batch_throughput`): plain B / t(B); a chain of γ "
                   "B · (1 + Σ_i Π_{j≤i} α_j) / (γ · d_B + t(B(γ + 1))) — d_B = d(B) where the draft's rows share a "
-                  "pass, B · d(1) where they run in turn (llama.cpp) — with the per-depth greedy acceptance α "
+                  "pass, B · d(1) where they run in turn — with the per-depth greedy acceptance α "
                   "of the fixed-γ chain on the requests alone (B = 1): " + ", ".join(f"{a:.2f}" for a in result.alpha)
                   + ". It leaves out the round's fixed Python work (drafting logic, verification, scheduling).", ""]
     return "\n".join(lines) + "\n"

@@ -233,6 +233,11 @@ class LanguageModel(ABC):
         raise SpecboundError(f"{self.name} ({self.info.backend} backend) cannot decode several requests at once: "
                              "it has no row of its own to give each request")
 
+    def fork_rows(self, n: int) -> list["LanguageModel"]:
+        """``n`` rows for one batch (what batched decoding asks for): ``n`` forks by default; a backend
+        whose rows share a pass only when made together (llama.cpp: one context) overrides it."""
+        return [self.fork() for _ in range(n)]
+
     #: whether rows of this model read together in ONE forward (one weight read for all rows) when a
     #: batch's scheduler holds them; otherwise they run one after another (theory.speedup.rows_pass_seconds)
     rows_share_passes: bool = False

@@ -186,7 +186,7 @@ def speed_of_light_speedup(expected_accepted_by_capacity: dict[int, float], veri
 def rows_pass_seconds(cost: CostProfile, rows, tokens_per_row=1, shared: bool = True) -> np.ndarray:
     """Seconds of one batch pass over ``rows`` rows of ``tokens_per_row`` tokens each: c(rows · k) when
     the rows share ONE forward (one weight read for all of them: torch rows, ``models/static.py``),
-    rows · c(k) when they run one after another (llama.cpp rows, each a context of its own)."""
+    rows · c(k) when they run one after another (backends whose rows cannot share a forward)."""
     rows = np.asarray(rows, dtype=np.float64)
     k = np.asarray(tokens_per_row, dtype=np.float64)
     return cost(rows * k) if shared else rows * cost(k)
