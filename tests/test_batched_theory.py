@@ -340,3 +340,58 @@ def test_per_request_policy_never_probes_where_even_full_acceptance_gains_little
                               explore_every=4, rows_shared=(False, True), probe_margin=1.2)
     assert policy.could_pay(1.0) and not policy.could_pay(policy.probe_margin)
     assert [policy.gamma_for_round(r) for r in range(1, 60)] == [0] * 59
+
+
+def test_batch_draft_length_counts_every_request_of_a_timed_round(monkeypatch):
+    """Requests share a round's pass, then verify in their own threads: the first to ask for round r + 1
+    has observed round r while the others may not have. A round's rate must count every request's
+    tokens (here 2 requests accept all 2 drafted tokens: 6 tokens per 0.1 s round = 60 tok/s; a plain
+    round 2 tokens = 20 tok/s). Counting round r at once gave 30 tok/s for drafting."""
+    import time
+
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    clock = [100.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2, trial=2, explore_every=4)
+    def check_rates():                                 # what the policy sees when it decides
+        rated = {g: policy._rate(g) for g in policy.rounds if policy._rate(g) is not None}
+        for g, rate in rated.items():
+            expected = 2 * (g + 1) / 0.1 if g else 2 / 0.1
+            assert rate == pytest.approx(expected), (g, rate, chosen)
+        return rated
+
+    chosen, seen = [], set()
+    for r in range(1, 30):
+        g = policy.gamma_for_round(r)                  # request A asks first (round r - 1 ended for both)
+        assert policy.gamma_for_round(r) == g          # request B gets the same length
+        chosen.append(g)
+        clock[0] += 0.1
+        if g:
+            policy.observe(g, g, r)                    # A verifies round r and observes it ...
+            policy.gamma_for_round(r + 1)              # ... and asks for round r + 1 before B has verified
+            seen |= set(check_rates())
+            policy.observe(g, g, r)                    # B's observation of round r
+    assert 0 in seen and any(g > 0 for g in seen), chosen
+
+
+def test_batch_draft_length_acceptance_of_rarely_tested_depths_shrinks_to_the_pooled_rate():
+    """Depth 1 accepted 42 times of 45, depth 2 tested twice and rejected once: depth 2's estimate lies
+    near the pooled acceptance (not at the ½ of a flat prior per depth), and an untested depth gets the
+    pooled rate — so the model does not price long chains as losing on two observations."""
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2)
+    for _ in range(40):
+        policy.observe(1, 1)
+    for _ in range(3):
+        policy.observe(1, 0)
+    policy.observe(2, 1)                               # depth 1 accepted, depth 2 rejected
+    policy.observe(2, 2)
+    a = policy.alpha()
+    pooled = (42 + 1 + 1) / (45 + 2 + 2)                # Beta(1, 1) over all depths' tests
+    assert a[0] == pytest.approx((42 + 2 * pooled) / (45 + 2))
+    assert a[1] == pytest.approx((1 + 2 * pooled) / (2 + 2)) and a[1] > 0.6
+    assert a[2] == pytest.approx(pooled) and a[-1] == pytest.approx(pooled)
