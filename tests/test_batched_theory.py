@@ -357,8 +357,10 @@ def test_batch_draft_length_counts_every_request_of_a_timed_round(monkeypatch):
     policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2, trial=2, explore_every=4)
     def check_rates():                                 # what the policy sees when it decides
         rated = {g: policy._rate(g) for g in policy.rounds if policy._rate(g) is not None}
-        for g, rate in rated.items():
-            expected = 2 * (g + 1) / 0.1 if g else 2 / 0.1
+        for g, rate in rated.items():                  # drafting is rated over its recent rounds of any γ
+            timed = sorted((r, h) for h, entries in policy.rounds.items() if (h > 0) == (g > 0)
+                           for r, _, _ in entries if r <= policy._deciding - 2)[-policy.window:]
+            expected = sum(2 * (h + 1) if h else 2 for _, h in timed) / (0.1 * len(timed))
             assert rate == pytest.approx(expected), (g, rate, chosen)
         return rated
 
@@ -395,3 +397,35 @@ def test_batch_draft_length_acceptance_of_rarely_tested_depths_shrinks_to_the_po
     assert a[0] == pytest.approx((42 + 2 * pooled) / (45 + 2))
     assert a[1] == pytest.approx((1 + 2 * pooled) / (2 + 2)) and a[1] > 0.6
     assert a[2] == pytest.approx(pooled) and a[-1] == pytest.approx(pooled)
+
+
+def test_batch_draft_length_starts_drafting_only_where_it_can_repay_the_draft_backlog(monkeypatch):
+    """Switching from plain rounds (or the batch's start) to drafting first makes the draft rows read
+    every committed token they have not read. A batch that could save less than twice that read even
+    with every drafted token accepted stays plain; one with a long way to go and a short backlog drafts
+    its start length at once."""
+    import time
+
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def run(remaining, backlog, rounds=30):
+        policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2,
+                                  outlook=lambda: (remaining, backlog))
+        chosen = []
+        for r in range(1, rounds):
+            g = policy.gamma_for_round(r)
+            chosen.append(g)
+            for _ in range(2 if g else 0):
+                policy.observe(g, g, r)
+            clock[0] += 0.2
+        return chosen
+
+    # saving at full acceptance, 2 requests: plain 2 / t(2) vs the best chain; 40 tokens save < 1 s,
+    # while reading a backlog of 2000 tokens costs d(2000) ≈ 4 s on the DRAFT curve
+    assert float(DRAFT(2000)) > 2.0
+    assert run(remaining=40, backlog=2000) == [0] * 29
+    assert run(remaining=100_000, backlog=10)[0] == 2

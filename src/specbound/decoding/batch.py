@@ -282,15 +282,30 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     shared = batch_cost_prior(measurement, n, sharing) if measurement is not None and (per_request or not joint) \
         else None
     lengths = {}
+    rows: list = []
+    budgets = _per_request(max_new_tokens, n, "max_new_tokens", check_budget)
+
+    def outlook():
+        """(tokens the unfinished requests may still decode, committed tokens their draft rows have not read)."""
+        remaining = backlog = 0
+        for (target_row, draft_row), prompt, budget in zip(rows, prompts, budgets):
+            committed = max(target_row.committed_length, len(prompt))   # a row may not have counted its prompt yet
+            left = budget - max(committed - len(prompt), 0)
+            if left > 0:
+                remaining += left
+                backlog += max(committed - draft_row.cache_length, 0)
+        return remaining, backlog
 
     def make_drafter(target_row, draft_row, scheduler):
+        rows.append((target_row, draft_row))
         if joint:                            # one draft-or-plain decision (and length) per round for the batch
             if "policy" not in lengths:
                 lengths["policy"] = BatchDraftLength(measurement, passes=lambda: scheduler.passes,
                                                      live=lambda: scheduler.live, rows_shared=sharing,
                                                      per_request=per_request,
                                                      max_gamma=32 if per_request else 8,
-                                                     window=16 if per_request else 8)
+                                                     window=16 if per_request else 8,
+                                                     outlook=None if per_request else outlook)
             drafter = ChainDrafter(draft_row, sampling, "auto" if per_request else lengths["policy"])
             drafter.shared, drafter.shared_costs = lengths["policy"], shared
             drafter.lazy_prefill = True      # where the batch decodes plainly, its draft rows never read the prompts

@@ -190,7 +190,7 @@ class BatchDraftLength:
 
     def __init__(self, costs, passes=None, live=None, max_gamma: int = 8, start: int = 2, explore_every: int = 16,
                  trial: int = 2, window: int = 8, rows_shared: tuple[bool, bool] = (True, True),
-                 per_request: bool = False, recheck: int = 8, probe_margin: float = 1.0):
+                 per_request: bool = False, recheck: int = 8, probe_margin: float = 1.0, outlook=None):
         import threading
 
         self.costs, self.passes, self.live = costs, passes, live or (lambda: 1)
@@ -208,6 +208,7 @@ class BatchDraftLength:
         self._depth: dict[int, int] = {}             # the longest chain drafted in a round (per_request)
         self.rounds: dict[int, list[tuple[int, float, int]]] = {}   # γ -> [(round, seconds, live requests)] timed
         self._deciding = 0                           # the round whose γ was decided last
+        self._hold: tuple[int, int] | None = None    # (γ, last round) of a re-try in progress
         self._probes = 0
         # per_request: drafting is probed at the second round (the first reads the prompts) — under the prior
         # (½ per depth) the model rarely drafts, and waiting ``explore_every`` plain rounds for the first look
@@ -221,6 +222,16 @@ class BatchDraftLength:
         # prior before any draft pass was timed, and a margin of 1.2 kept a dev batch of 2 from ever drafting
         # on a stale prior (fixed γ = 6 measured 1.36x there), so the default stays 1.0
         self.probe_margin = float(probe_margin)
+        # outlook() -> (tokens the live requests may still decode, committed tokens their draft rows have not
+        # read): what starting to draft after plain rounds can win and what it costs first (None: not priced)
+        self.outlook = outlook
+        # the saving is priced at FULL acceptance (an upper bound: at ~0.9 per depth, as on code, a chain of 8
+        # keeps about half of it), so starting needs twice the backlog's read. With 1.0, a batch of 8 whose
+        # bound saved about the draft's prefill started drafting on the noise of the target's measured passes
+        # and decoded at 0.57x plain (dev, HumanEval 58-65)
+        self.start_margin = 2.0
+        self.switch_margin = 0.05
+        self._payback: tuple[int, bool] | None = None  # (round, answer) of the last worth_starting check
         self._learned = 0                            # drafted rounds observed (the acceptance changed)
         self._plain_since: tuple[int, int, int] | None = None   # (round, live, learned) of the model's last "plain"
         self._lock = threading.Lock()
@@ -243,7 +254,10 @@ class BatchDraftLength:
         from .costs import pass_ratios
 
         recent = (self.passes() if self.passes is not None else [])[-64:]
-        ratios = pass_ratios([p for p in recent if p.priority == priority], curve, shared)
+        # a round's passes read at most max_gamma + 1 tokens per row (the first draft read of a round: the
+        # bonus token too); longer ones are prompts or backlogs, whose cost per token is no guide to a round's
+        ratios = pass_ratios([p for p in recent if p.priority == priority and p.tokens <= (self.max_gamma + 2) * p.rows],
+                             curve, shared)
         return float(np.median(ratios)) if ratios else 1.0
 
     def model_gamma(self) -> int:
@@ -311,6 +325,34 @@ class BatchDraftLength:
         gamma, rate = best_batch_gamma(np.ones(self.max_gamma), *args[:3], self.max_gamma, *args[3:])
         return gamma > 0 and rate > margin * batch_throughput(np.ones(self.max_gamma), 0, *args)
 
+    def worth_starting(self, round_index: int) -> bool:
+        """Shared rows: may the batch switch from plain rounds (or its start) to drafting? Only where, even
+        with every drafted token accepted, the seconds drafting would save over the tokens the requests
+        may still decode exceed what the switch costs first: the draft rows reading every committed token
+        they have not read (at the batch's start, every prompt), one draft pass over that backlog. Measured
+        without it (kquant target, HumanEval 126–133, 96 tokens, greedy): γ = auto at 8 requests opened with
+        a drafted round whose draft prefill of the 8 prompts took seconds, and decoded at 0.49× plain;
+        at 2 and 4 requests 0.80× and 0.70×. The answer is reused for ``recheck`` rounds."""
+        from ..theory.speedup import batch_throughput, best_batch_gamma
+
+        if self.outlook is None:
+            return True
+        if self._payback is not None and round_index - self._payback[0] < self.recheck:
+            return self._payback[1]
+        remaining, backlog = self.outlook()
+        draft, verify = self._scaled_costs()
+        live = max(int(self.live()), 1)
+        # before any drafted round: every drafted token accepted (an upper bound); after: the estimate
+        full = self.alpha() if self.observed.any() else np.ones(self.max_gamma)
+        args = (draft, verify, self.max_gamma, self.round_overhead(live, draft, verify), self.draft_shared,
+                self.verify_shared)
+        gamma, fast = best_batch_gamma(full, live, *args)
+        plain = batch_throughput(full, 0, live, draft, verify, args[3], self.draft_shared, self.verify_shared)
+        saved = remaining / plain - remaining / fast if gamma > 0 and fast > plain else 0.0
+        answer = saved > self.start_margin * float(draft(max(backlog, 1)))
+        self._payback = (round_index, answer)
+        return answer
+
     def round_overhead(self, live: int, draft, verify) -> tuple[float, float, float]:
         """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
         c₀ + c₁·γ — from the recent timed rounds at this batch size (means; c₁ by least squares once two
@@ -345,15 +387,19 @@ class BatchDraftLength:
         return self._tokens.get(round_index, 0.0) if gamma > 0 else float(live)
 
     def _rate(self, gamma: int) -> float | None:
-        """Tokens per second of the recent timed rounds of ``gamma`` — only rounds every request has
+        """Tokens per second of the recent timed rounds of drafting (any γ > 0: the model sets the length;
+        the check asks whether drafting beats plain rounds — rating each γ apart made every new γ* of the
+        model a new trial of drafting, even after drafting had lost) or of plain rounds (γ = 0), counting
+        only rounds every request has
         observed: when the first request asks for round r + 1, the others may not yet have verified round r
         (they share its pass, then verify in their own threads), so round r is counted from round r + 2 on.
         (Counting it at once credited a drafted round with the first request's tokens only: at 2 requests
         on code γ = 2 measured 15.5 tok/s against 40 for plain rounds, and drafting was dropped.)"""
-        done = [e for e in self.rounds.get(gamma, []) if e[0] <= self._deciding - 2][-self.window:]
+        done = sorted((r, s, b, g) for g, entries in self.rounds.items() if (g > 0) == (gamma > 0)
+                      for r, s, b in entries if r <= self._deciding - 2)[-self.window:]
         if len(done) < self.trial:
             return None
-        return sum(self._round_tokens(gamma, r, b) for r, _, b in done) / max(sum(s for _, s, _ in done), 1e-9)
+        return sum(self._round_tokens(g, r, b) for r, _, b, g in done) / max(sum(s for _, s, _, _ in done), 1e-9)
 
     def gamma_for_round(self, round_index: int) -> int:
         import time
@@ -384,14 +430,25 @@ class BatchDraftLength:
                     gamma = other
                     self._probes += 1
                     self._next_probe = round_index + self.explore_every * 2 ** min(self._probes, 4)
-            elif untried:
-                gamma = untried[0]
-            else:
-                gamma = best if self._rate(best) >= self._rate(other) else other
+            elif untried:       # a choice on trial keeps the rounds until they are timed (a switching round is
+                                # not, and a model whose γ* flipped between 0 and 1 alternated untimed rounds)
+                prev = self._gammas.get(round_index - 1)
+                gamma = prev if prev in untried else untried[0]
+                self._next_probe = max(self._next_probe, round_index + self.explore_every)   # re-tries count from here
+            elif self._hold is not None and round_index <= self._hold[1]:
+                gamma = self._hold[0]       # a re-try runs until its rounds are timed (switch + lag + trial)
+            else:                           # drafting must beat plain rounds by ``switch_margin`` (a switch
+                                            # to drafting first reads the backlog, which no timed round shows)
+                drafting, plain = (best, other) if best > 0 else (other, best)
+                gamma = drafting if self._rate(drafting) > (1 + self.switch_margin) * self._rate(plain) else plain
                 if round_index >= self._next_probe:                   # re-try the other, less often each time
                     gamma = other if gamma == best else best
                     self._probes += 1
                     self._next_probe = round_index + self.explore_every * 2 ** min(self._probes, 4)
+                    self._hold = (gamma, round_index + self.trial)
+            if not self.per_request and gamma > 0 and not self._gammas.get(round_index - 1) \
+                    and not self.worth_starting(round_index):
+                gamma = 0                   # starting to draft could not pay for the draft rows' backlog
             self._gammas[round_index] = gamma
             self._started[round_index] = now
             self._live_at[round_index] = int(self.live())
