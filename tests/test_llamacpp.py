@@ -366,6 +366,20 @@ def test_crop_then_reread_equals_fresh(target, reference):
         target.crop(1)
 
 
+def keep_random_path(model, mirror: Mirror, gen: np.random.Generator) -> None:
+    """keep_path to a random cached slot, from a random base inside the committed chain (model and mirror)."""
+    chain = model.committed_length
+    end = int(gen.integers(max(0, chain - 1), model.cache_length))
+    base = int(gen.integers(1, chain + 1)) if chain else 0
+    path, slot = [], end
+    while slot >= base:
+        path.append(slot)
+        slot = mirror.parents[slot]
+    path = path[::-1]
+    model.keep_path(base, path)
+    mirror.keep(base, path)
+
+
 @pytest.mark.parametrize("seed,n_batch", [(4, 256), (5, 3), (6, 256)])
 def test_random_walk_of_tree_operations(paths, reference, seed, n_batch):
     """Random forwards, tree forwards (under random cached nodes), crops and keep_paths, 60 steps,
@@ -404,16 +418,7 @@ def test_random_walk_of_tree_operations(paths, reference, seed, n_batch):
             target.crop(new)
             mirror.crop(new)
         else:
-            # keep the path to a random cached slot, from a random base inside the committed chain
-            end = int(gen.integers(max(0, chain - 1), length))
-            base = int(gen.integers(1, chain + 1)) if chain else 0
-            path, slot = [], end
-            while slot >= base:
-                path.append(slot)
-                slot = mirror.parents[slot]
-            path = path[::-1]
-            target.keep_path(base, path)
-            mirror.keep(base, path)
+            keep_random_path(target, mirror, gen)
         assert target.cache_length == len(mirror.tokens), f"step {step} ({op})"
         ranges = target.kv_sequence_ranges()         # every llama.cpp sequence is a path from position 0
         assert all(lo == 0 and hi < target.cache_length for lo, hi in ranges.values()) and 0 in ranges
@@ -617,15 +622,7 @@ def test_rows_of_one_context_read_together_like_fresh_caches(paths, reference, s
                 row.crop(new)
                 mirror.crop(new)
             elif op == "keep" and length:
-                end = int(gen.integers(max(0, chain - 1), length))
-                base = int(gen.integers(1, chain + 1)) if chain else 0
-                path, slot = [], end
-                while slot >= base:
-                    path.append(slot)
-                    slot = mirror.parents[slot]
-                path = path[::-1]
-                row.keep_path(base, path)
-                mirror.keep(base, path)
+                keep_random_path(row, mirror, gen)
             elif op == "reset":
                 row.reset()
                 mirrors[j] = Mirror([])
