@@ -154,8 +154,10 @@ class BatchDraftLength:
     model's candidate is the γ of best predicted total throughput,
     :func:`~specbound.theory.speedup.best_batch_gamma` (B · E[tokens](α, γ) / (γ · d(B) + t(B(γ + 1)))),
     from
-    * the per-depth acceptance α_i pooled over the requests' rounds so far (Beta(1, 1) prior per depth;
-      the first round drafts ``start`` tokens);
+    * the per-depth acceptance α_i pooled over the requests' rounds so far, each depth shrunk toward the
+      acceptance over all depths (:meth:`alpha`; the first drafted round drafts ``start`` tokens, and with
+      ``outlook`` a batch starts drafting only where that can repay the draft rows' backlog,
+      :meth:`worth_starting`);
     * the pair's cost curves t, d, rescaled by the median ratio of the batch's measured passes to the
       curve (rows' passes cost more than one row's; ``passes`` returns the scheduler's records), at the
       batch's current size (``live`` returns the number of requests still decoding); a pass over B rows
@@ -390,8 +392,8 @@ class BatchDraftLength:
         """Tokens per second of the recent timed rounds of drafting (any γ > 0: the model sets the length;
         the check asks whether drafting beats plain rounds — rating each γ apart made every new γ* of the
         model a new trial of drafting, even after drafting had lost) or of plain rounds (γ = 0), counting
-        only rounds every request has
-        observed: when the first request asks for round r + 1, the others may not yet have verified round r
+        only rounds every request has observed: when the first request asks for round r + 1, the others
+        may not yet have verified round r
         (they share its pass, then verify in their own threads), so round r is counted from round r + 2 on.
         (Counting it at once credited a drafted round with the first request's tokens only: at 2 requests
         on code γ = 2 measured 15.5 tok/s against 40 for plain rounds, and drafting was dropped.)"""
