@@ -572,7 +572,7 @@ def _joint_read(rows_and_reads):
         chain = parents is None
         if chain:
             parents = row.slots.chain_parents(len(tokens))
-        reads.append(_RowRead(row, torch.tensor([tokens]), list(parents), chain and row.slots.is_chain, None))
+        reads.append(_RowRead(row, list(tokens), list(parents), chain and row.slots.is_chain, None))
     return _read_rows(reads)
 
 

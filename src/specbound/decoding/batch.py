@@ -18,8 +18,8 @@ Sizing: ``gamma="auto"`` gives the whole batch ONE chain length per round
 (:class:`~specbound.decoding.policy.BatchDraftLength`: the γ of best predicted total throughput from
 the pooled acceptance and the batch's measured passes, 0 = plain batched decoding), because a round
 lasts as long as its longest draft when the draft's rows share passes; where they are read in turn
-(backends without shared passes), a request that drafts less costs the round less, so each request sizes its own chain and
-the batch's cost model only sets each round's limit (0 = a plain round). ``tree="auto"`` sizes each
+(backends without shared passes), a request that drafts less costs the round less, so each request
+sizes its own chain and the batch's cost model only sets each round's limit (0 = a plain round). ``tree="auto"`` sizes each
 request's tree against the cost of the
 SHARED pass: its prior is t_B(k) = t(B·k), d_B(k) = d(B·k) (when all B requests send k tokens, the
 pass reads B·k), corrected online by the passes it waits for (:func:`batch_cost_prior`); a request may

@@ -212,7 +212,8 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
                 batch=B, method=method, tokens_per_second=new_tokens / sum(r["wall"] for r in sel),
                 # HF generate's prefill is estimated (a one-token generate of the batch): an estimate at or above
                 # the whole run's time (seen at 8 requests) gives no decode rate, not a negative one
-                decode_tokens_per_second=new_tokens / decode_wall if decode_wall > 0 else float("nan"), group_rate_min=min(rates), group_rate_max=max(rates),
+                decode_tokens_per_second=new_tokens / decode_wall if decode_wall > 0 else float("nan"),
+                group_rate_min=min(rates), group_rate_max=max(rates),
                 latency_mean=statistics.fmean(q["latency"] for q in reqs), tau=statistics.fmean(q["tau"] for q in reqs),
                 drafted_per_round=statistics.fmean(q["drafted"] for q in reqs),
                 identical=sum(q["tokens"] == alone.get(q["prompt"]) for q in reqs), requests=len(reqs),
@@ -273,7 +274,8 @@ def markdown(result: BatchedResult, command: str = "") -> str:
         for r in (x for x in result.rows if x.batch == B):
             table.append([str(B), r.method, fmt(r.tokens_per_second, 2), f"{r.group_rate_min:.1f}–{r.group_rate_max:.1f}",
                           f"{r.tokens_per_second / plain.tokens_per_second:.2f}×", fmt(r.decode_tokens_per_second, 2),
-                          fmt(r.decode_tokens_per_second / plain.decode_tokens_per_second, 2) + "×", fmt(r.predicted, 2),
+                          fmt(r.decode_tokens_per_second / plain.decode_tokens_per_second, 2) + "×",
+                          fmt(r.predicted, 2),
                           fmt(r.latency_mean, 2), fmt(r.tau, 2), fmt(r.drafted_per_round, 2),
                           f"{r.identical}/{r.requests}"])
     lines += [md_table(["B", "method", "tok/s total", "group range", "× plain", "decode tok/s", "× plain (decode)",

@@ -413,7 +413,7 @@ class LlamaCppModel(SlotCacheModel):
 
     def _read(self, toks: list[int], parents: list[int], extend_chain: bool,
               keep_logits: int | None = None) -> torch.Tensor:
-        read = _RowRead(self, torch.tensor([toks]), parents, extend_chain, keep_logits)
+        read = _RowRead(self, toks, parents, extend_chain, keep_logits)
         if self.scheduler is not None:
             return self.scheduler.submit(_read_rows, read, group=id(self._ctx_users), priority=self.batch_priority)
         return _read_rows([read])[0]
@@ -421,7 +421,7 @@ class LlamaCppModel(SlotCacheModel):
     def _prepare(self, read: "_RowRead") -> "_Plan":
         """Check and plan one read, and copy the sequences it opens (undone by :meth:`_undo`)."""
         self._alive()
-        toks = read.tokens[0].tolist()
+        toks = read.toks
         n = len(toks)
         if self.slots.length + n > self.n_ctx:
             raise SpecboundError(
@@ -440,26 +440,26 @@ class LlamaCppModel(SlotCacheModel):
         """Every planned read of this context in one ``llama_decode`` (split at ``n_batch`` tokens);
         the logits each read asked for, in its order."""
         lib = self._lib
-        entries = [(p, i) for p in plans for i in range(len(p.toks))]
+        entries = [(j, i) for j, p in enumerate(plans) for i in range(len(p.toks))]
         outs = [np.empty((len(p.toks) - p.first_out, self.vocab_size), dtype=np.float32) for p in plans]
-        slot_of = {id(p): j for j, p in enumerate(plans)}
         for done in range(0, len(entries), self.n_batch):
             chunk = entries[done:done + self.n_batch]
             batch = self._batch
             batch.n_tokens = len(chunk)
             wanted = []
-            for j, (p, i) in enumerate(chunk):
-                batch.token[j] = p.toks[i]
-                batch.pos[j] = p.positions[i]
+            for b, (j, i) in enumerate(chunk):
+                p = plans[j]
+                batch.token[b] = p.toks[i]
+                batch.pos[b] = p.positions[i]
                 seqs = p.node_seqs[i]
-                batch.n_seq_id[j] = len(seqs)
-                row = batch.seq_id[j]
+                batch.n_seq_id[b] = len(seqs)
+                row = batch.seq_id[b]
                 for k, s in enumerate(seqs):
                     row[k] = s
                 keep = i >= p.first_out
-                batch.logits[j] = 1 if keep else 0
+                batch.logits[b] = 1 if keep else 0
                 if keep:
-                    wanted.append((slot_of[id(p)], i - p.first_out))
+                    wanted.append((j, i - p.first_out))
             mark = len(_LOG_TAIL)
             rc = lib.llama_decode(self._ctx, batch)
             self.decode_calls += 1
@@ -576,15 +576,20 @@ class LlamaCppModel(SlotCacheModel):
 
 @dataclass
 class _RowRead:
-    """One row's read (handed to a batch's scheduler when one holds the row): the row, its tokens
-    [1, k] (the scheduler counts them), their tree parents, whether they extend the committed chain,
-    and how many of the last rows' logits to return (None: all)."""
+    """One row's read (handed to a batch's scheduler when one holds the row): the row, its token ids,
+    their tree parents, whether they extend the committed chain, and how many of the last rows' logits
+    to return (None: all)."""
 
     model: LlamaCppModel
-    tokens: torch.Tensor
+    toks: list
     parents: list
     extend_chain: bool
     keep_logits: int | None
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """The ids as [1, k] (what the scheduler counts a pass's tokens by)."""
+        return torch.tensor([self.toks])
 
 
 @dataclass
