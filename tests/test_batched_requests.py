@@ -300,6 +300,30 @@ def test_bench_batch_study_on_tiny_models(hf_pair):
     assert "τ batch / τ alone" in text
 
 
+def test_bench_batch_repeats_pair_each_method_with_plain_of_its_own_repeat(hf_pair):
+    """Hand-made runs: in repeat 0 the machine is slow (plain 10 tok/s decoding, γ = 2 at 15), in repeat 1
+    fast (plain 20, γ = 2 at 40): the per-repeat ratios are 1.5 and 2.0, not ratios across repeats."""
+    from specbound.experiments.batched import BatchedConfig, _repeat_ratios, _spread, run_batched
+
+    def run(rep, method, tokens, seconds):
+        return {"B": 2, "repeat": rep, "method": method, "new_tokens": tokens, "wall": seconds + 1.0, "prefill": 1.0}
+
+    runs = [run(0, "plain", 20, 2.0), run(0, "sd γ=2", 30, 2.0), run(1, "plain", 40, 2.0), run(1, "sd γ=2", 80, 2.0)]
+    assert _repeat_ratios(runs, 2, "sd γ=2", 2) == pytest.approx([1.5, 2.0])
+    assert _spread([1.5, 2.0, 1.6]) == "1.60× (1.50–2.00)" and _spread([]) == "–"
+    # on tiny models: every group of every B runs once per repeat, and each row has one ratio per repeat
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    config = BatchedConfig("tiny", 0, 2, 4, (1, 2), (2,), hf_generate=False, repeats=2)
+    result = run_batched(target, draft, [[1, 2, 3], [4, 5, 6, 7]], ["a", "b"], config)
+    assert sorted((r["B"], r["repeat"]) for r in result.runs if r["method"] == "plain") == \
+        [(1, 0), (1, 0), (1, 1), (1, 1), (2, 0), (2, 1)]
+    for row in result.rows:
+        assert len(row.repeat_ratios) == 2 and row.requests == 2 * row.batch * (2 // row.batch)
+        assert row.identical == row.requests
+    plain = [r for r in result.rows if r.method == "plain"]
+    assert all(x == pytest.approx(1.0) for r in plain for x in r.repeat_ratios)
+
+
 def test_tau_against_alone_pairs_each_request_with_itself():
     """Hand-made runs: request 'a' has τ 4 alone and 2 in the batch, 'b' 2 alone and 3 in the batch."""
     from specbound.experiments.batched import BatchedConfig, BatchedResult, tau_against_alone

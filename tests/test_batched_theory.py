@@ -429,3 +429,32 @@ def test_batch_draft_length_starts_drafting_only_where_it_can_repay_the_draft_ba
     assert float(DRAFT(2000)) > 2.0
     assert run(remaining=40, backlog=2000) == [0] * 29
     assert run(remaining=100_000, backlog=10)[0] == 2
+
+
+def test_batch_draft_length_tests_the_next_depth_before_writing_it_off():
+    """Depth 1 accepted 38 times of 40, depth 2 rejected in both of its tries: the shrunk acceptance
+    prices γ = 2 below γ = 1, and a chain of 1 never tests depth 2 again. The model drafts γ* + 1 = 2
+    while depth 2 has had fewer than ``min_tries`` tries and would pay at the pooled acceptance; once
+    it has failed them all, γ* = 1 stands. (Without the probe, ``min_tries = 0``, the model keeps γ = 1
+    from the start — the trap measured at 2 requests on code.)"""
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+    from specbound.theory.speedup import best_batch_gamma
+
+    def policy_after(depth2_failures, min_tries=None):
+        policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2)
+        if min_tries is not None:
+            policy.min_tries = min_tries
+        for _ in range(36):
+            policy.observe(1, 1)
+        for _ in range(2):
+            policy.observe(1, 0)
+        for _ in range(depth2_failures):
+            policy.observe(2, 1)                   # depth 1 accepted, depth 2 rejected
+        return policy
+
+    early = policy_after(2)
+    assert best_batch_gamma(early.alpha(), 2, DRAFT, VERIFY, early.max_gamma)[0] == 1   # the shrunk estimate
+    assert early.model_gamma() == 2                                                   # depth 2 tested again
+    assert policy_after(2, min_tries=0).model_gamma() == 1                            # the trap, for contrast
+    assert policy_after(8).model_gamma() == 1                                         # tested enough: it fails

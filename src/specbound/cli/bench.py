@@ -36,7 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--seeds", type=int, default=1,
                    help="paired repeats per prompt (default 1): every method runs S times with the same seeds, and "
                         "the report gives ratios with standard errors and 95%% intervals. Seeds only matter when "
-                        "sampling: greedy modes run once whatever S")
+                        "sampling: greedy modes run once whatever S. With --batch: S repeats of the whole sweep "
+                        "(greedy, methods rotated anew each time), each repeat's ratio to plain reported")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available)")
     p.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON and markdown reports")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out (same options)")
@@ -133,7 +134,8 @@ def _batched(args, gammas, prompts, out) -> int:
 
     console = Console(stderr=True)
     config = BatchedConfig(prompt_set=args.prompt_set, offset=args.offset, n_prompts=len(prompts),
-                           tokens=args.max_new_tokens, batches=tuple(args.batch), gammas=gammas)
+                           tokens=args.max_new_tokens, batches=tuple(args.batch), gammas=gammas,
+                           repeats=args.seeds)
     pair = PairSpec(args.target, args.draft, args.target_precision, args.draft_quant,
                     resolve_draft_engine(args.draft_engine), compiled=args.compile)
     status = console.status("loading models (first use converts the packaged weights, a few minutes)…")

@@ -43,6 +43,7 @@ class BatchedConfig:
     batches: tuple[int, ...] = (1, 2, 4, 8)
     gammas: tuple = ("auto", 4)
     hf_generate: bool = True
+    repeats: int = 1                     # every batch size's groups run this many times (order rotated each time)
 
 
 @dataclass
@@ -61,6 +62,7 @@ class BatchedRow:
     identical: int
     requests: int
     predicted: float | None = None
+    repeat_ratios: list[float] = field(default_factory=list)   # decode tok/s × plain's, one per repeat
 
 
 @dataclass
@@ -159,6 +161,23 @@ def _run_method(method, target, draft, llama, group_ids, tokens):
     return res.wall_time, res.prefill_time, res.target_passes, rows
 
 
+def _decode_rate(runs) -> float:
+    seconds = sum(r["wall"] - r["prefill"] for r in runs)
+    return sum(r["new_tokens"] for r in runs) / seconds if seconds > 0 else float("nan")
+
+
+def _repeat_ratios(runs, B: int, method: str, repeats: int) -> list[float]:
+    """Per repeat: ``method``'s decode tok/s at B over plain batched decoding's in the same repeat (the
+    same groups, run beside it)."""
+    out = []
+    for rep in range(repeats):
+        mine = [r for r in runs if r["B"] == B and r["method"] == method and r.get("repeat", 0) == rep]
+        plain = [r for r in runs if r["B"] == B and r["method"] == "plain" and r.get("repeat", 0) == rep]
+        if mine and plain:
+            out.append(_decode_rate(mine) / _decode_rate(plain))
+    return out
+
+
 def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[str], config: BatchedConfig,
                 llama=None, progress=None) -> BatchedResult:
     """Measure every method at every batch size (see the module docstring). ``llama``: the target's GGUF
@@ -170,23 +189,26 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
     for method in methods:                                      # warm-up: every method once, short
         _run_method(method, target, draft, llama, warm, 4)
     runs = []
-    for B in config.batches:
-        groups = [list(range(i, min(i + B, len(prompt_ids)))) for i in range(0, len(prompt_ids), B)]
-        every = methods + ([LLAMACPP] if llama is not None and B == config.batches[0] else [])
-        for gi, group in enumerate(groups):
-            order = every[gi % len(every):] + every[:gi % len(every)]
-            for method in order:
-                wall, prefill, passes, rows = _run_method(method, target, draft, llama,
-                                                          [prompt_ids[i] for i in group], config.tokens)
-                for i, row in zip(group, rows):
-                    row["prompt"] = prompt_names[i]
-                runs.append({"B": B, "group": gi, "method": method, "wall": wall, "prefill": prefill,
-                             "target_passes": passes,
-                             "new_tokens": sum(len(r["tokens"]) for r in rows), "requests": rows})
-            if progress is not None:
-                progress(f"B={B}: group {gi + 1}/{len(groups)} ({time.perf_counter() - t_start:.0f} s)")
+    repeats = max(int(config.repeats), 1)
+    for rep in range(repeats):          # whole sweeps, so a slow spell of the machine hits every B alike
+        for B in config.batches:
+            groups = [list(range(i, min(i + B, len(prompt_ids)))) for i in range(0, len(prompt_ids), B)]
+            every = methods + ([LLAMACPP] if llama is not None and B == config.batches[0] else [])
+            for gi, group in enumerate(groups):
+                turn = (gi + rep) % len(every)
+                for method in every[turn:] + every[:turn]:
+                    wall, prefill, passes, rows = _run_method(method, target, draft, llama,
+                                                              [prompt_ids[i] for i in group], config.tokens)
+                    for i, row in zip(group, rows):
+                        row["prompt"] = prompt_names[i]
+                    runs.append({"B": B, "group": gi, "repeat": rep, "method": method, "wall": wall,
+                                 "prefill": prefill, "target_passes": passes,
+                                 "new_tokens": sum(len(r["tokens"]) for r in rows), "requests": rows})
+                if progress is not None:
+                    progress(f"repeat {rep + 1}/{repeats}, B={B}: group {gi + 1}/{len(groups)} "
+                             f"({time.perf_counter() - t_start:.0f} s)")
     alone = {q["prompt"]: q["tokens"] for r in runs if r["method"] == "plain" and r["B"] == config.batches[0]
-             for q in r["requests"]}
+             and r.get("repeat", 0) == 0 for q in r["requests"]}
     fixed = [g for g in config.gammas if g != "auto"]
     alpha = None
     if fixed and 1 in config.batches:
@@ -217,7 +239,7 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
                 latency_mean=statistics.fmean(q["latency"] for q in reqs), tau=statistics.fmean(q["tau"] for q in reqs),
                 drafted_per_round=statistics.fmean(q["drafted"] for q in reqs),
                 identical=sum(q["tokens"] == alone.get(q["prompt"]) for q in reqs), requests=len(reqs),
-                predicted=predicted))
+                predicted=predicted, repeat_ratios=_repeat_ratios(runs, B, method, repeats)))
     return BatchedResult(
         config=config, target=f"{target.name} ({target.info.kernels})", draft=f"{draft.name} ({draft.info.kernels})",
         prompts=list(prompt_names), threads=torch.get_num_threads(),
@@ -252,6 +274,14 @@ def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, load
                        progress=progress)
 
 
+def _spread(ratios: list[float]) -> str:
+    if not ratios:
+        return "–"
+    if len(ratios) == 1:
+        return f"{ratios[0]:.2f}× (one run)"
+    return f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
 def markdown(result: BatchedResult, command: str = "") -> str:
     c = result.config
     lines = [f"# Batched requests — {c.prompt_set} ({time.strftime('%Y-%m-%d')})", ""]
@@ -267,7 +297,9 @@ def markdown(result: BatchedResult, command: str = "") -> str:
               "describes; range = slowest–fastest group (total); "
               "latency = mean per-request time from its first prefill to its last token (HF generate: the batch's "
               "time; llama.cpp one at a time: the time until that request is served); identical = requests whose "
-              f"tokens equal plain decoding of the request at B = {c.batches[0]}.", ""]
+              f"tokens equal plain decoding of the request at B = {c.batches[0]}; per repeat = the decode × plain of "
+              f"each of the {max(c.repeats, 1)} repeat(s) (every group of every B once, methods rotated anew), "
+              "median and range — the spread a single run's ratio carries.", ""]
     table = []
     for B in c.batches:
         plain = next(r for r in result.rows if r.batch == B and r.method == "plain")
@@ -275,11 +307,12 @@ def markdown(result: BatchedResult, command: str = "") -> str:
             table.append([str(B), r.method, fmt(r.tokens_per_second, 2), f"{r.group_rate_min:.1f}–{r.group_rate_max:.1f}",
                           f"{r.tokens_per_second / plain.tokens_per_second:.2f}×", fmt(r.decode_tokens_per_second, 2),
                           fmt(r.decode_tokens_per_second / plain.decode_tokens_per_second, 2) + "×",
+                          _spread(r.repeat_ratios),
                           fmt(r.predicted, 2),
                           fmt(r.latency_mean, 2), fmt(r.tau, 2), fmt(r.drafted_per_round, 2),
                           f"{r.identical}/{r.requests}"])
     lines += [md_table(["B", "method", "tok/s total", "group range", "× plain", "decode tok/s", "× plain (decode)",
-                        "predicted decode tok/s", "latency s", "τ", "drafted/round", "identical"], table), ""]
+                        "per repeat: median (range)", "predicted decode tok/s", "latency s", "τ", "drafted/round", "identical"], table), ""]
     against = tau_against_alone(result)
     if against:
         lines += [f"Per-request τ in the batch against the same request decoded alone by the same method "
