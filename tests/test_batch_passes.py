@@ -80,7 +80,7 @@ def test_advise_batch_priced_with_measured_passes():
     assert batch_advice(B, chain, oracle, VERIFY, DRAFT, passes=hopeless).gamma == 0
 
 
-def test_advise_batch_measures_the_rows_and_says_so_in_its_report(tmp_path):
+def test_advise_batch_measures_the_rows_and_says_so_in_its_report(tmp_path, monkeypatch):
     from specbound.advise import AdviseConfig, advise, measure_batches
     from specbound.experiments.advise_report import advise_markdown
     from specbound.models.static import StaticCacheHFModel
@@ -92,10 +92,25 @@ def test_advise_batch_measures_the_rows_and_says_so_in_its_report(tmp_path):
     advice = advise(target, draft, prompts, config)
     batch = advice.modes["greedy"].batch
     assert set(batch) == {1, 2} and all(b.passes is not None and b.passes.batch == B for B, b in batch.items())
-    measure_batches(target, draft, advice, prompts, 8)
-    assert all(b.measured_plain > 0 for b in batch.values())
+    import specbound.decoding.batch as batching
+
+    seen, real = [], batching.autoregressive_decode_batch
+
+    def recording(target, prompts, *args, **kwargs):
+        seen.append([list(p) for p in prompts])
+        return real(target, prompts, *args, **kwargs)
+
+    check = prompts + [[14, 15, 16]]
+    monkeypatch.setattr(batching, "autoregressive_decode_batch", recording)
+    measure_batches(target, draft, advice, check, 8, runs=2)
+    # every check prompt at every B: B = 1 three batches, B = 2 two (the last filled by cycling), twice each
+    assert seen == [[p] for p in check for _ in range(2)] + [check[:2]] * 2 + [[check[2], check[0]]] * 2
+    assert (batch[1].measured_batches, batch[2].measured_batches) == (6, 4)
+    for b in batch.values():
+        low, high = b.measured_plain_range
+        assert 0 < low <= b.measured_plain <= high
     text = advise_markdown(advice, {})
-    assert "Priced with what B rows measured" in text
+    assert "Priced with what B rows measured" in text and "Measured / predicted over the batch sizes" in text
 
 
 def test_a_stale_cost_profile_is_reported_once_for_all_the_requests_of_a_batch():

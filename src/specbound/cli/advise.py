@@ -40,7 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--check-tokens", type=int, default=64)
     p.add_argument("--check-runs", type=int, default=3,
                    help="runs per held-out prompt and setting, each paired with a plain run (T = 1: different "
-                        "random streams; greedy: the same tokens, re-timed)")
+                        "random streams; greedy: the same tokens, re-timed); with --batch also each checked batch's runs")
     p.add_argument("--batch", default=None, metavar="B,B,…", type=int_list(minimum=1),
                    help="batch sizes (e.g. 1,2,4,8): predicted (and, with --check-prompts, measured) total tokens/s "
                         "of plain batched decoding and of speculative decoding per B, the best γ per B and a "
@@ -128,7 +128,8 @@ def _advise(args, config, calibration, check, out) -> int:
         measure_settings(target, draft, advice, encode_prompts(target, check), args.check_tokens,
                          runs=args.check_runs)
         if config.batches:
-            measure_batches(target, draft, advice, encode_prompts(target, check), args.check_tokens)
+            measure_batches(target, draft, advice, encode_prompts(target, check), args.check_tokens,
+                            runs=args.check_runs)
     rec = recommendation(advice, paths["target"], paths["draft"], mode=config.modes[0])
     exports = export_all(rec)
     if paths.get("target_gguf"):            # llama.cpp's server loads the GGUF files, not converted directories

@@ -14,6 +14,28 @@ __all__ = ["advise_markdown", "plot_advice", "write_advice"]
 NOISY_CALIBRATION = 0.25
 
 
+def _measured(value, spread) -> str:
+    if value is None:
+        return "–"
+    return fmt(value, 1) + (f" ({spread[0]:.1f}–{spread[1]:.1f})" if spread and spread[0] != spread[1] else "")
+
+
+def _ratio(measured, predicted) -> str:
+    return "–" if measured is None or not predicted else f"{measured / predicted:.2f}"
+
+
+def _batch_check_lines(batch) -> list[str]:
+    """Median |m/p − 1| over the batch sizes, plain and SD (the issue's bar: within 15% per B)."""
+    checked = [b for b in batch.values() if b.measured_plain is not None]
+    if not checked:
+        return []
+    errors = [abs(b.measured_plain / b.plain - 1) for b in checked] + \
+        [abs(b.measured_speculative / b.speculative - 1) for b in checked if b.gamma > 0]
+    within = sum(e <= 0.15 for e in errors)
+    return [f"Measured / predicted over the batch sizes: median |m/p − 1| = {statistics.median(errors):.0%} "
+            f"({within} of {len(errors)} figures within 15%).", ""]
+
+
 def _batch_pass_lines(batch: dict) -> list[str]:
     """How the batch sizes were priced: the passes and round work measured at each B on the
     calibration prompts (``measure/batch_passes.py``), or the single-row curves alone."""
@@ -118,16 +140,22 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
         lines += [f"## Batched requests ({mode}): total tokens per second per batch size B", "",
                   "Predicted from the cost curve and the chain's acceptance above (a shared target pass over every "
                   "request's tokens, shared draft passes; `theory/speedup.py`); measured with "
-                  "`speculative_decode_batch` / `autoregressive_decode_batch` on the held-out prompts (cycled to B "
-                  "requests; tokens after the prefill over the batch's wall time after its prefill).", "",
-                  md_table(["B", "plain pred.", "plain meas.", "best γ", "SD pred.", "SD meas.", "SD/plain pred.",
-                            "SD/plain meas.", "speed of light (P)"],
-                           [[str(B), fmt(b.plain, 1), fmt(b.measured_plain, 1), str(b.gamma), fmt(b.speculative, 1),
-                             fmt(b.measured_speculative, 1), _x(b.speedup),
+                  "`speculative_decode_batch` / `autoregressive_decode_batch` on the held-out prompts (every prompt "
+                  "at every B: ⌈prompts/B⌉ batches of B requests, the last one filled by cycling, each run "
+                  "`--check-runs` times, plain and SD paired; tokens after the prefill over the batch's wall time "
+                  "after its prefill): the median over those batches, the slowest–fastest in brackets, and "
+                  "measured / predicted (m/p).", "",
+                  md_table(["B", "plain pred.", "plain meas.", "plain m/p", "best γ", "SD pred.", "SD meas.", "SD m/p",
+                            "SD/plain pred.", "SD/plain meas.", "batches", "speed of light (P)"],
+                           [[str(B), fmt(b.plain, 1), _measured(b.measured_plain, b.measured_plain_range),
+                             _ratio(b.measured_plain, b.plain), str(b.gamma), fmt(b.speculative, 1),
+                             _measured(b.measured_speculative, b.measured_speculative_range),
+                             _ratio(b.measured_speculative, b.speculative), _x(b.speedup),
                              _x(None if b.measured_plain is None or b.measured_speculative is None
-                                else b.measured_speculative / b.measured_plain),
+                                else b.measured_speculative / b.measured_plain), str(b.measured_batches or "–"),
                              f"{fmt(b.speed_of_light, 1)} ({b.speed_of_light_capacity})"]
                             for B, b in sorted(m.batch.items())]), "",
+                  *_batch_check_lines(m.batch),
                   *_batch_pass_lines(m.batch),
                   "Draft length per batch size for a serving engine (vLLM / SGLang users write this table by hand; "
                   "0 = do not speculate at that size): `" + ", ".join(f"{B}: {b.gamma}" for B, b in
