@@ -458,3 +458,27 @@ def test_batch_draft_length_tests_the_next_depth_before_writing_it_off():
     assert early.model_gamma() == 2                                                   # depth 2 tested again
     assert policy_after(2, min_tries=0).model_gamma() == 1                            # the trap, for contrast
     assert policy_after(8).model_gamma() == 1                                         # tested enough: it fails
+
+
+def test_batch_draft_length_prices_each_pass_size_by_its_own_passes():
+    """Two rows: plain passes (2 tokens) measured 1.3× the one-row curve, γ = 4 passes (10 tokens) at
+    0.9× it. The γ = 4 pass is priced at its own measured median, not at 1.3× the curve; a size never
+    read is priced at the curve (the ratio capped at 1), and rows whose target passes run in turn keep
+    the scaled curve."""
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+    from specbound.models.rows import PassRecord
+
+    records = [PassRecord(1, 2, 2, 1.3 * float(VERIFY(2))) for _ in range(6)]
+    records += [PassRecord(1, 2, 10, s * 0.9 * float(VERIFY(10))) for s in (0.98, 1.0, 1.02)]
+    records += [PassRecord(1, 4, 10, 5.0), PassRecord(0, 2, 10, 5.0)]     # other rows / the draft: not priced
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), passes=lambda: records, live=lambda: 2)
+    scaled = policy._scaled_costs()[1]
+    by_size = policy._verify_by_size(2, scaled)
+    assert float(by_size(10)) == pytest.approx(0.9 * float(VERIFY(10)))
+    assert float(by_size(2)) == pytest.approx(1.3 * float(VERIFY(2)))
+    assert float(by_size(6)) == pytest.approx(float(VERIFY(6)))            # never read: the curve, ratio ≤ 1
+    assert float(scaled(10)) > 1.2 * float(VERIFY(10))                     # one ratio for all: the old price
+    in_turn = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), passes=lambda: records, live=lambda: 2,
+                               rows_shared=(True, False))
+    assert in_turn._verify_by_size(2, scaled) is scaled
