@@ -13,7 +13,7 @@ import torch
 from helpers import DelegatingModel, chain_models, chi_square_pvalue, encode, processed_chain
 from specbound.decoding import ChainDrafter, DynamicTreeDrafter, SamplingConfig, Speculator, speculative_decode
 from specbound.decoding.costs import (
-    CostMeasurement, CostModel, cost_key, costs_file, load_or_measure_costs, read_cost_cache,
+    CACHE_VERSION, CostMeasurement, CostModel, cost_key, costs_file, load_or_measure_costs, read_cost_cache,
 )
 from specbound.decoding.engine import make_generator
 from specbound.decoding.policy import AcceptanceCalibration, DraftBudget
@@ -129,15 +129,25 @@ def test_stale_cached_profile_is_dropped_and_bad_cost_files_are_repaired(tmp_pat
     stored = read_cost_cache()[key]
     assert stored.source == "cache"                      # read back as a cached entry
     assert float(stored.target(8)) == pytest.approx(3 * float(again.target(8)), rel=1e-6)
-    assert float(stored.target(64)) == pytest.approx(model.target(64), rel=1e-6)
+    assert float(stored.target(64)) == pytest.approx(3 * float(again.target(64)), rel=1e-6)  # the prior's shape
+    # beyond what the run saw, decoding is optimistic (the run's own slope where flatter) but the stored
+    # curve is not: a run that saw only a flat t(1..2) stores t(64) at the prior's shape, its level
+    flat = CostModel(again)
+    flat.stale = True
+    for k in (1, 2, 1, 2):
+        flat.observe_target(k, 3 * float(again.target(1)))
+    assert flat.target(64) < 3.5 * float(again.target(1))                         # optimistic while decoding
+    flat.persist()
+    shaped = 3 * float(again.target(1)) * float(again.target(64)) / float(again.target(2))
+    assert float(read_cost_cache()[key].target(64)) == pytest.approx(shaped, rel=1e-6)
     # malformed cost files: every case warns (naming the file), is ignored, and is measured again
     path = costs_file()
     entry = first.as_entry()
     bad_files = [
-        "[1, 2, 3]", "{not json", json.dumps({"version": 2, "entries": {key: "fast"}}),
-        json.dumps({"version": 2, "entries": {key: {**entry, "target": {"ks": [1, 2], "seconds": [0.0, float("nan")]}}}}),
-        json.dumps({"version": 2, "entries": {key: {**entry, "target": {"ks": [2, 1], "seconds": [1.0, 1.0]}}}}),
-        json.dumps({"version": 1, "entries": {}}),
+        "[1, 2, 3]", "{not json", json.dumps({"version": CACHE_VERSION, "entries": {key: "fast"}}),
+        json.dumps({"version": CACHE_VERSION, "entries": {key: {**entry, "target": {"ks": [1, 2], "seconds": [0.0, float("nan")]}}}}),
+        json.dumps({"version": CACHE_VERSION, "entries": {key: {**entry, "target": {"ks": [2, 1], "seconds": [1.0, 1.0]}}}}),
+        json.dumps({"version": CACHE_VERSION - 1, "entries": {}}),
     ]
     for text in bad_files:
         path.write_text(text)

@@ -36,7 +36,9 @@ __all__ = ["COST_KS", "CostModel", "CostMeasurement", "costs_file", "load_or_mea
            "measure_forward_costs", "read_cost_cache"]
 
 COST_KS = (1, 2, 4, 8, 16, 32, 64)
-CACHE_VERSION = 2
+# 3: entries that version 2 rewrote after a stale run could hold the run's optimistic guesses beyond the
+# largest k it saw (CostModel.persist); every machine measures once again rather than trust them
+CACHE_VERSION = 3
 
 
 #: A point whose repeats differ by more than this fraction of their median gets more reads.
@@ -256,11 +258,12 @@ class _OnlineCurve:
             self._seen = (ks, ts)
         return self._seen
 
-    def __call__(self, k: int) -> float:
+    def __call__(self, k: int, optimistic: bool = True) -> float:
         """The run's own median where it has seen k; between seen points linear interpolation of
         them; below them, the nearest seen point times the prior's ratio (the prior's shape, the
         run's level); above them, the lower of that and the run's own last slope — optimistic where
-        unseen, so drafting goes there, measures, and corrects itself. With nothing seen: the prior."""
+        unseen, so drafting goes there, measures, and corrects itself (``optimistic=False``: the
+        prior's shape there too, what :meth:`CostModel.persist` stores). With nothing seen: the prior."""
         k = int(k)
         ks, ts = self._seen_curve()
         if not ks:
@@ -269,7 +272,7 @@ class _OnlineCurve:
             return ts[0] * float(self.prior(k)) / float(self.prior(ks[0]))
         if k > ks[-1]:
             shaped = ts[-1] * float(self.prior(k)) / float(self.prior(ks[-1]))
-            if len(ks) >= 2:     # optimistic where unseen: the run's own slope if it is flatter
+            if len(ks) >= 2 and optimistic:     # optimistic where unseen: the run's own slope if it is flatter
                 slope = max((ts[-1] - ts[-2]) / (ks[-1] - ks[-2]), 0.0)
                 return min(shaped, ts[-1] + slope * (k - ks[-1]))
             return shaped
@@ -286,8 +289,15 @@ def pass_ratios(records, curve: CostProfile, shared: bool) -> list[float]:
     """Measured / predicted seconds of a batch's passes (``PassRecord``s of one model): each pass over
     ``rows`` rows reading ``tokens`` tokens in all, priced by ``curve`` as
     :func:`~specbound.theory.speedup.rows_pass_seconds` prices it (one shared forward, or rows in turn)."""
-    return [p.seconds / float(rows_pass_seconds(curve, p.rows, p.tokens / p.rows, shared))
-            for p in records if p.tokens > 0 and p.rows > 0]
+    kept = [p for p in records if p.tokens > 0 and p.rows > 0]
+    if not kept:
+        return []
+    rows = np.array([p.rows for p in kept], dtype=np.float64)
+    tokens = np.array([p.tokens for p in kept], dtype=np.float64)
+    seconds = np.array([p.seconds for p in kept], dtype=np.float64)
+    # one vectorised pricing of every pass (the batch policy reads this every round, under the
+    # interpreter its requests share)
+    return (seconds / rows_pass_seconds(curve, rows, tokens / rows, shared)).tolist()
 
 
 class CostModel:
@@ -331,14 +341,17 @@ class CostModel:
     def persist(self) -> None:
         """At the end of a run whose calibration proved stale: replace the cached entry by the
         online-corrected curves (the run's own medians where it looked, the prior's shape at its level
-        elsewhere), so the next run starts from what this one saw instead of re-measuring."""
+        elsewhere — never the optimistic slope decoding uses beyond what it saw, a guess that steers
+        exploration but is no measurement: stored, it priced a kquant t(64) at 205 ms where a fresh
+        calibration measured t(32) = 242, and a batch of 8 started drafting on it at 0.7× plain), so the
+        next run starts from what this one saw instead of re-measuring."""
         key = self.measurement.key
         if not self.stale or not key:
             return
         ks = tuple(self.measurement.target.ks)
         dks = tuple(self.measurement.draft.ks)
-        corrected = CostMeasurement(CostProfile(ks, tuple(self.target(k) for k in ks)),
-                                    CostProfile(dks, tuple(self.draft(k) for k in dks)),
+        corrected = CostMeasurement(CostProfile(ks, tuple(self.target(k, optimistic=False) for k in ks)),
+                                    CostProfile(dks, tuple(self.draft(k, optimistic=False) for k in dks)),
                                     source="online", key=key)
         try:
             entries = read_cost_cache()

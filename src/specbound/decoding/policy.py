@@ -235,6 +235,7 @@ class BatchDraftLength:
         self.start_margin = 2.0
         self.switch_margin = 0.05
         self._payback: tuple[int, bool] | None = None  # (round, answer) of the last worth_starting check
+        self._ratio_memo: dict = {}                  # (priority, curve, shared) -> (passes seen, ratio)
         self._learned = 0                            # drafted rounds observed (the acceptance changed)
         self._plain_since: tuple[int, int, int] | None = None   # (round, live, learned) of the model's last "plain"
         self._lock = threading.Lock()
@@ -256,12 +257,18 @@ class BatchDraftLength:
     def _ratio(self, priority: int, curve, shared: bool) -> float:
         from .costs import pass_ratios
 
-        recent = (self.passes() if self.passes is not None else [])[-64:]
+        records = self.passes() if self.passes is not None else []
+        memo = (priority, id(curve), shared, len(records))      # one decision reads each ratio up to three times
+        if self._ratio_memo.get(memo[:3], (None,))[0] == memo[3]:
+            return self._ratio_memo[memo[:3]][1]
+        recent = records[-64:]
         # a round's passes read at most max_gamma + 1 tokens per row (the first draft read of a round: the
         # bonus token too); longer ones are prompts or backlogs, whose cost per token is no guide to a round's
         ratios = pass_ratios([p for p in recent if p.priority == priority and p.tokens <= (self.max_gamma + 2) * p.rows],
                              curve, shared)
-        return float(np.median(ratios)) if ratios else 1.0
+        ratio = float(np.median(ratios)) if ratios else 1.0
+        self._ratio_memo[memo[:3]] = (memo[3], ratio)
+        return ratio
 
     def model_gamma(self) -> int:
         """The cost model's γ* for the batch as it is now (no timing of rounds). With ``per_request``:
