@@ -251,23 +251,27 @@ class BatchDraftLength:
         drafted short ones (which never test deep depths) and never learned otherwise — measured at 2
         requests on code (HumanEval 58–59, α₁ = 0.83 after 20 rounds, α₂ = 0.5 from one early round):
         γ* = 1, then plain rounds, 0.83× plain, where γ = 4 measured 1.13×."""
-        pooled = (self.hits.sum() + 1.0) / (self.tries.sum() + 2.0)
-        return (self.hits + self.shrinkage * pooled) / (self.tries + self.shrinkage)
+        return (self.hits + self.shrinkage * self._pooled()) / (self.tries + self.shrinkage)
+
+    def _pooled(self) -> float:
+        """The acceptance over all depths' tests, under a Beta(1, 1) prior."""
+        return float((self.hits.sum() + 1.0) / (self.tries.sum() + 2.0))
 
     def _ratio(self, priority: int, curve, shared: bool) -> float:
         from .costs import pass_ratios
 
         records = self.passes() if self.passes is not None else []
-        memo = (priority, id(curve), shared, len(records))      # one decision reads each ratio up to three times
-        if self._ratio_memo.get(memo[:3], (None,))[0] == memo[3]:
-            return self._ratio_memo[memo[:3]][1]
+        key, seen = (priority, id(curve), shared), len(records)   # one decision reads a ratio up to three times
+        cached = self._ratio_memo.get(key)
+        if cached is not None and cached[0] == seen:
+            return cached[1]
         recent = records[-64:]
         # a round's passes read at most max_gamma + 1 tokens per row (the first draft read of a round: the
         # bonus token too); longer ones are prompts or backlogs, whose cost per token is no guide to a round's
         ratios = pass_ratios([p for p in recent if p.priority == priority and p.tokens <= (self.max_gamma + 2) * p.rows],
                              curve, shared)
         ratio = float(np.median(ratios)) if ratios else 1.0
-        self._ratio_memo[memo[:3]] = (memo[3], ratio)
+        self._ratio_memo[key] = (seen, ratio)
         return ratio
 
     def model_gamma(self) -> int:
@@ -279,10 +283,8 @@ class BatchDraftLength:
 
         if not self.observed.any() and not self.per_request:
             return self.start
-        draft, verify = self._scaled_costs()
         live = max(int(self.live()), 1)
-        if not self.per_request:
-            verify = self._verify_by_size(live, verify)
+        draft, verify = self._scaled_costs() if self.per_request else self._round_costs(live)
         overhead = self.round_overhead(live, draft, verify)
         if self.per_request:
             return self._break_even(live, draft, verify, overhead)
@@ -304,7 +306,7 @@ class BatchDraftLength:
         if gamma < 1 or gamma >= self.max_gamma or self.tries[gamma] >= self.min_tries:
             return gamma
         alpha = self.alpha()
-        alpha[gamma] = (self.hits.sum() + 1.0) / (self.tries.sum() + 2.0)       # depth γ* + 1 at its prior
+        alpha[gamma] = self._pooled()                                            # depth γ* + 1 at its prior
         deeper = batch_throughput(alpha, gamma + 1, live, draft, verify, overhead, self.draft_shared,
                                   self.verify_shared)
         return gamma + 1 if deeper > rate else gamma
@@ -317,12 +319,17 @@ class BatchDraftLength:
 
         if not self.observed.any():
             return max(self.start, 1)
-        draft, verify = self._scaled_costs()
         live = max(int(self.live()), 1)
-        verify = self._verify_by_size(live, verify)
+        draft, verify = self._round_costs(live)
         args = (live, draft, verify, self.round_overhead(live, draft, verify), self.draft_shared, self.verify_shared)
         rates = [batch_throughput(self.alpha(), g, *args) for g in range(1, self.max_gamma + 1)]
         return 1 + int(np.argmax(rates))
+
+    def _round_costs(self, live: int):
+        """(draft, target) cost profiles a one-length-per-round choice is priced with at ``live`` rows:
+        the scaled draft curve and the target pass of each chain length (:meth:`_verify_by_size`)."""
+        draft, verify = self._scaled_costs()
+        return draft, self._verify_by_size(live, verify)
 
     def _verify_by_size(self, live: int, scaled):
         """The target pass of each chain length γ at ``live`` rows, t(live·(γ + 1)), as this batch

@@ -162,6 +162,9 @@ def _run_method(method, target, draft, llama, group_ids, tokens):
 
 
 def _decode_rate(runs) -> float:
+    """New tokens per second after the prefill over ``runs``. HF generate's prefill is estimated (a
+    one-token generate of the batch): an estimate at or above the whole run's time (seen at 8 requests)
+    gives no decode rate (nan), not a negative one."""
     seconds = sum(r["wall"] - r["prefill"] for r in runs)
     return sum(r["new_tokens"] for r in runs) / seconds if seconds > 0 else float("nan")
 
@@ -229,12 +232,9 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
                 predicted = batch_throughput(alpha, int(method.split("=")[1]), B, costs.draft, costs.target,
                                              draft_rows_shared=draft_shared, verify_rows_shared=target_shared)
             new_tokens = sum(r["new_tokens"] for r in sel)
-            decode_wall = sum(r["wall"] - r["prefill"] for r in sel)
             rows.append(BatchedRow(
                 batch=B, method=method, tokens_per_second=new_tokens / sum(r["wall"] for r in sel),
-                # HF generate's prefill is estimated (a one-token generate of the batch): an estimate at or above
-                # the whole run's time (seen at 8 requests) gives no decode rate, not a negative one
-                decode_tokens_per_second=new_tokens / decode_wall if decode_wall > 0 else float("nan"),
+                decode_tokens_per_second=_decode_rate(sel),
                 group_rate_min=min(rates), group_rate_max=max(rates),
                 latency_mean=statistics.fmean(q["latency"] for q in reqs), tau=statistics.fmean(q["tau"] for q in reqs),
                 drafted_per_round=statistics.fmean(q["drafted"] for q in reqs),
