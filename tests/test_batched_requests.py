@@ -358,3 +358,33 @@ def test_rows_run_in_turn_are_priced_as_the_sum_of_their_reads():
     by_hand = B * expected_tokens_per_step(alpha, gamma) / (gamma * B * float(d(1)) + float(t(B * (gamma + 1))))
     assert batch_throughput(alpha, gamma, B, d, t, draft_rows_shared=False) == pytest.approx(by_hand)
     assert batch_throughput(alpha, gamma, B, d, t) > by_hand          # shared draft passes cost less here
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_the_batch_policy_hears_the_drafts_confidence_in_greedy_chains_only(temperature, monkeypatch):
+    """γ = auto for a batch: each greedy chain reports the draft's probability of every token it drafted
+    (the prior of the batch's acceptance, BatchDraftLength._pooled) — on exact chains, the largest entry
+    of the draft's row for the token before it; a sampled chain reports none (its tokens' probabilities
+    are not a guess of their acceptance)."""
+    from specbound.decoding.policy import BatchDraftLength
+
+    heard = []
+    original = BatchDraftLength.observe
+
+    def observe(self, drafted, accepted, round_index=None, confidences=None):
+        heard.append((drafted, confidences))
+        return original(self, drafted, accepted, round_index, confidences)
+
+    monkeypatch.setattr(BatchDraftLength, "observe", observe)
+    target, draft = chain_pair(31)
+    speculative_decode_batch(ChainModel(target), ChainModel(draft), [[0], [2, 1, 3]], 12, gamma="auto",
+                             temperature=temperature, seed=1)
+    drafted = [(n, c) for n, c in heard if n]
+    assert drafted
+    if temperature == 0.0:
+        maxima = draft.transitions.max(axis=1)
+        for n, conf in drafted:
+            assert conf is not None and len(conf) == n
+            assert all(np.isclose(maxima, q).any() for q in conf)
+    else:
+        assert all(c is None for _, c in drafted)

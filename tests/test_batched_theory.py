@@ -355,6 +355,7 @@ def test_batch_draft_length_counts_every_request_of_a_timed_round(monkeypatch):
     clock = [100.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2, trial=2, explore_every=4)
+    policy.plain_margin = float("inf")                 # plain rounds are tried however well drafting measures
     def check_rates():                                 # what the policy sees when it decides
         rated = {g: policy._rate(g) for g in policy.rounds if policy._rate(g) is not None}
         for g, rate in rated.items():                  # drafting is rated over its recent rounds of any γ
@@ -482,3 +483,90 @@ def test_batch_draft_length_prices_each_pass_size_by_its_own_passes():
     in_turn = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), passes=lambda: records, live=lambda: 2,
                                rows_shared=(True, False))
     assert in_turn._verify_by_size(2, scaled) is scaled
+
+
+def _run_simulated_batch(monkeypatch, policy, seconds, rounds, accepted=lambda g: g, confidences=None):
+    """Drive a shared-rows policy for ``rounds`` rounds of 2 requests on a simulated clock: a round of
+    chain length g takes ``seconds(g)``, and each request accepts ``accepted(g)`` of its g drafts."""
+    import time
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    chosen = []
+    for r in range(1, rounds + 1):
+        g = policy.gamma_for_round(r)
+        chosen.append(g)
+        for _ in range(2 if g else 0):
+            policy.observe(g, accepted(g), r, None if confidences is None else [confidences] * g)
+        clock[0] += seconds(g)
+    return chosen
+
+
+def test_batch_policy_tries_plain_rounds_only_where_they_could_keep_up(monkeypatch):
+    """Drafting at 2 requests, every draft accepted, rounds costing their passes: drafted rounds measure
+    ~1.8× what plain rounds could give even priced at their cheapest (t(2), no work outside the pass),
+    so no round goes to a plain trial (before: a trial of plain rounds in the first few rounds and
+    re-tries every ``explore_every`` · 2^k rounds, here forced back with an infinite margin)."""
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    def seconds(g):
+        return g * float(DRAFT(2)) + float(VERIFY(2 * (g + 1))) if g else float(VERIFY(2))
+
+    assert (2 * 3 / seconds(2)) / (2 / float(VERIFY(2))) > 1.6
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2, trial=2, explore_every=8)
+    chosen = _run_simulated_batch(monkeypatch, policy, seconds, 40)
+    assert 0 not in chosen, chosen
+    wary = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2, trial=2, explore_every=8)
+    wary.plain_margin = float("inf")                # the old behaviour: plain rounds tried whatever drafting measured
+    chosen = _run_simulated_batch(monkeypatch, wary, seconds, 40)
+    assert 0 in chosen[:8] and chosen.count(0) >= 6, chosen
+
+
+def test_batch_policy_prior_acceptance_is_the_drafts_own_confidence():
+    """After one round in which one request accepted both drafts and the other neither, the pooled
+    acceptance under a Beta(1, 1) prior is 0.6 and the model drafts 2; with the draft's confidence in
+    its greedy tokens (0.95) as the prior's centre (weight 8) it is (2 + 8·0.95)/(3 + 8) = 0.873 and
+    the model drafts longer chains."""
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    plain = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2)
+    sure = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2)
+    for policy, conf in ((plain, None), (sure, [0.95, 0.95])):
+        policy.gamma_for_round(1)
+        policy.observe(2, 2, 1, conf)
+        policy.observe(2, 0, 1, conf)
+    assert plain._pooled() == pytest.approx(3 / 5)
+    assert sure._pooled() == pytest.approx((2 + 8 * 0.95) / (3 + 8))
+    assert sure.model_gamma() > plain.model_gamma() >= 1
+
+
+def test_batch_policy_charges_one_slow_round_to_no_depth(monkeypatch):
+    """Rounds of γ = 2 and γ = 4 whose passes the scheduler timed, 10 ms outside them, except one γ = 4
+    round that took 300 ms more (a busy machine): the work per depth stays 0 and c₀ 10 ms (medians of the
+    rounds' own time outside their passes). Before, the mean over rounds charged the outlier to c₁."""
+    import time
+
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+    from specbound.models.rows import PassRecord
+
+    clock, records = [0.0], []
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), passes=lambda: records, live=lambda: 2,
+                              explore_every=10_000)
+    lengths = [2, 2, 4, 2, 4, 4, 2, 4, 2, 4, 2, 4, 2, 4]
+    policy.model_gamma = lambda: lengths[(policy._deciding - 1) % len(lengths)]   # lengths imposed: only the
+    policy.plain_margin = -1.0                                       # charging of rounds is tested
+    for r in range(1, len(lengths) + 1):
+        g = policy.gamma_for_round(r)
+        assert g > 0
+        policy.observe(g, g, r)
+        policy.observe(g, g, r)
+        records.extend([PassRecord(0, 2, 2, 0.030)] * g + [PassRecord(1, 2, 2 * (g + 1), 0.110)])
+        clock[0] += 0.030 * g + 0.110 + 0.010 + (0.300 if r == 5 else 0.0)
+    policy.gamma_for_round(len(lengths) + 1)
+    assert {g for g in policy.rounds} == {2, 4}
+    w_plain, c0, c1 = policy.round_overhead(2, *policy._round_costs(2))
+    assert c0 == pytest.approx(0.010) and c1 == pytest.approx(0.0, abs=1e-9)

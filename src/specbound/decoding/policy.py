@@ -155,7 +155,8 @@ class BatchDraftLength:
     :func:`~specbound.theory.speedup.best_batch_gamma` (B · E[tokens](α, γ) / (γ · d(B) + t(B(γ + 1)))),
     from
     * the per-depth acceptance α_i pooled over the requests' rounds so far, each depth shrunk toward the
-      acceptance over all depths (:meth:`alpha`; the first drafted round drafts ``start`` tokens, and with
+      acceptance over all depths, itself under a prior centred on the draft's own confidence in its
+      greedy tokens (:meth:`alpha`, :meth:`_pooled`; the first drafted round drafts ``start`` tokens, and with
       ``outlook`` a batch starts drafting only where that can repay the draft rows' backlog,
       :meth:`worth_starting`; a depth just beyond γ* with fewer than ``min_tries`` tries is drafted while it
       would pay at the all-depth acceptance, :meth:`_probe_deeper`);
@@ -166,8 +167,9 @@ class BatchDraftLength:
       (``rows_shared`` = (draft, target), e.g. llama.cpp draft rows: :func:`~specbound.theory.speedup.rows_pass_seconds`).
     * each round's work outside the passes (the requests' sampling, verification and scheduling share
       one interpreter, so it grows with B and with γ): w_plain seconds for a plain round and c₀ + c₁·γ
-      for a drafted one, fitted to the timed rounds' seconds minus their passes' predicted cost at the
-      batch's size (c₁ once two chain lengths have been timed); without it the model over-rates drafting.
+      for a drafted one, fitted to the timed rounds' seconds minus the passes the scheduler timed in
+      them (medians per γ; c₁ once two chain lengths have been timed, :meth:`round_overhead`); without
+      it the model over-rates drafting.
     With ``per_request`` (draft rows read in turn, e.g. llama.cpp: a request that drafts less costs
     the round less, so ragged lengths waste nothing) each request sizes its own chain with its own
     :class:`DraftBudget` (priced against the batch's passes, ``batch_cost_prior``) under a limit the
@@ -183,7 +185,8 @@ class BatchDraftLength:
     and no limit (requests drafted 4.7 tokens a round at 4 requests, where that loses: 0.90×).
     Otherwise the model's γ* is checked against what the batch
     actually does: rounds are timed, and γ* and plain decoding (γ = 0; or γ = 1 when γ* = 0) each get
-    ``trial`` rounds (a round that switches between drafting and plain is not timed: its draft reads
+    ``trial`` rounds — plain rounds only where they could keep up with the timed drafting rounds
+    at their cheapest price (:meth:`_plain_ruled_out`) (a round that switches between drafting and plain is not timed: its draft reads
     the backlog of plain rounds); afterwards the one with more tokens per second in its recent rounds
     is used, the other re-tried after ``explore_every`` rounds, then twice, four, eight, sixteen times
     as long. The γ of a round is fixed the first time a request
@@ -204,6 +207,7 @@ class BatchDraftLength:
         self.hits = np.zeros(self.max_gamma)         # accepted / tested drafts per depth, as observed
         self.tries = np.zeros(self.max_gamma)
         self.observed = np.zeros(self.max_gamma)
+        self.confidence_sum, self.confidence_count = 0.0, 0   # the draft's own confidence in its greedy tokens
         self._gammas: dict[int, int] = {}
         self._started: dict[int, float] = {}
         self._tokens: dict[int, float] = {}
@@ -217,8 +221,8 @@ class BatchDraftLength:
         # (½ per depth) the model rarely drafts, and waiting ``explore_every`` plain rounds for the first look
         # at what the requests accept cost a quarter of a 64-token run at 2 requests (dev, HumanEval 58-61)
         self._next_probe = 2 if self.per_request else self.explore_every
-        self._pass_at: dict[int, int] = {}          # per_request: the scheduler's pass count when a round began
-        self._work: list[tuple[int, float, int]] = []   # per_request: (depth, seconds outside the passes, live)
+        self._pass_at: dict[int, int] = {}          # the scheduler's pass count when a round began
+        self._work: list[tuple[int, float, int]] = []   # (depth, seconds outside the passes, live) per timed round
         self.recheck = max(int(recheck), 1)
         # per_request: probe only where drafting, fully accepted, would beat plain rounds by more than this. A
         # probe's draft rows read their prompts (a one-time cost); but the ceiling is priced with the cost
@@ -253,9 +257,24 @@ class BatchDraftLength:
         γ* = 1, then plain rounds, 0.83× plain, where γ = 4 measured 1.13×."""
         return (self.hits + self.shrinkage * self._pooled()) / (self.tries + self.shrinkage)
 
+    #: weight (in observations) of the draft's mean confidence as the prior of the pooled acceptance
+    confidence_weight = 8.0
+
     def _pooled(self) -> float:
-        """The acceptance over all depths' tests, under a Beta(1, 1) prior."""
-        return float((self.hits.sum() + 1.0) / (self.tries.sum() + 2.0))
+        """The acceptance over all depths' tests, under a Beta prior: centred on the draft's mean
+        confidence in the tokens it drafted greedily so far (the soft-max of its arg-max), with weight
+        ``confidence_weight``; without confidences (sampled chains) Beta(1, 1). Why: the first rounds
+        test a handful of tokens, and a prior of ½ held the pooled acceptance near 0.65 for a dozen rounds
+        of code whose acceptance is ~0.9, so the batch drafted chains of 1 and tried plain rounds first
+        (int8 target, 2 requests, HumanEval 134-135: γ = 1 or plain in rounds 2-8 of ~33). Measured on
+        this pair's greedy text (the target's, teacher-forced through the draft, 128 tokens per set), the
+        mean confidence against the agreement it predicts: code 0.85 vs 0.90, math 0.88 vs 0.88, chat
+        0.72 vs 0.75 (docs/results/RESULTS.md, sixteenth session)."""
+        if self.confidence_count:
+            mean, weight = self.confidence_sum / self.confidence_count, self.confidence_weight
+        else:
+            mean, weight = 0.5, 2.0
+        return float((self.hits.sum() + weight * mean) / (self.tries.sum() + weight))
 
     def _ratio(self, priority: int, curve, shared: bool) -> float:
         from .costs import pass_ratios
@@ -294,10 +313,16 @@ class BatchDraftLength:
 
     #: tries a depth gets before its own acceptance may keep chains short of it (:meth:`_probe_deeper`)
     min_tries = 8
+    #: how far below γ*'s predicted rate the next depth may be and still be probed: the model's error.
+    #: With 0 (probe only where predicted faster), a pass size never read is priced at the curve and
+    #: predicted within 0.3% of γ* = 2 for 18 rounds; read, it was 7% faster (int8 target, 2 requests,
+    #: HumanEval 134-135: γ = 2 until round 23, then 4)
+    probe_tolerance = 0.05
 
     def _probe_deeper(self, gamma: int, rate: float, live: int, draft, verify, overhead) -> int:
         """γ* + 1 instead of the model's γ* ≥ 1 while depth γ* + 1 has had fewer than ``min_tries``
-        tries and would pay at the acceptance over all depths (its prior); else γ*. A chain of γ* never
+        tries and would pay at the acceptance over all depths (its prior), within ``probe_tolerance``;
+        else γ*. A chain of γ* never
         tests depth γ* + 1, so a depth that failed its first one or two tries was written off for good:
         measured at 2 requests on code (int8 target, HumanEval 134-135, 96 tokens), α₂ = 0.44 from two
         tries kept γ* = 1 for 90 rounds, 27 tok/s where γ = 4 decoded 37 and plain rounds 24-27."""
@@ -309,7 +334,7 @@ class BatchDraftLength:
         alpha[gamma] = self._pooled()                                            # depth γ* + 1 at its prior
         deeper = batch_throughput(alpha, gamma + 1, live, draft, verify, overhead, self.draft_shared,
                                   self.verify_shared)
-        return gamma + 1 if deeper > rate else gamma
+        return gamma + 1 if deeper > (1.0 - self.probe_tolerance) * rate else gamma
 
     def best_drafting_gamma(self) -> int:
         """The γ ≥ 1 of best predicted throughput: what a round drafts when drafting is re-tried against
@@ -419,31 +444,62 @@ class BatchDraftLength:
 
     def round_overhead(self, live: int, draft, verify) -> tuple[float, float, float]:
         """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
-        c₀ + c₁·γ — from the recent timed rounds at this batch size (means; c₁ by least squares once two
-        chain lengths have been timed; a term not yet measured is 0)."""
+        c₀ + c₁·γ — from the recent timed rounds at this batch size: each round's seconds minus the passes
+        the scheduler timed inside it (without pass records: minus the passes' predicted cost). Medians
+        per chain length; c₁ the least-squares slope through those medians once two lengths have been
+        timed; a term not yet measured is 0. Why the passes as timed and medians: on a busy machine a
+        drafted round took 321 ms where its passes were predicted at 200, and the residual, charged to
+        c₁ from one round, priced every extra depth at 46-57 ms (int8 target, 2 requests): the chain
+        lengths chosen flipped between 2 and 6 from round to round."""
         from ..theory.speedup import rows_pass_seconds
 
-        if self.per_request and self._work:  # the rounds' own passes subtracted, as the scheduler timed them: a
-            # drafted round's first draft read re-reads the backlog, which the curves' one-token reads miss
-            by_depth: dict[int, list[float]] = {}
-            for g, w, b in self._work:
-                if b == live:
-                    by_depth.setdefault(g, []).append(w)
-            recent = [(g, w) for g, ws in by_depth.items() for w in ws[-self.window:]]
+        if self._work:
+            timed = [(g, w) for g, w, b in self._work if b == live]
         else:
-            recent = [(g, s - g * float(rows_pass_seconds(draft, live, 1, self.draft_shared))
-                       - float(rows_pass_seconds(verify, live, g + 1, self.verify_shared)))
-                      for g, done in self.rounds.items() for s in [s for _, s, b in done if b == live][-self.window:]]
-        plain = [w for g, w in recent if g == 0]
-        drafted = [(g, w) for g, w in recent if g > 0]
-        w_plain = max(float(np.mean(plain)), 0.0) if plain else 0.0
-        if not drafted:
+            timed = [(g, s - g * float(rows_pass_seconds(draft, live, 1, self.draft_shared))
+                      - float(rows_pass_seconds(verify, live, g + 1, self.verify_shared)))
+                     for g, done in self.rounds.items() for _, s, b in done if b == live]
+        by_depth: dict[int, list[float]] = {}
+        for g, w in timed:
+            by_depth.setdefault(g, []).append(w)
+        medians = {g: float(np.median(ws[-self.window:])) for g, ws in by_depth.items()}
+        w_plain = max(medians.pop(0, 0.0), 0.0)
+        if not medians:
             return w_plain, 0.0, 0.0
-        gammas = np.array([g for g, _ in drafted], dtype=float)
-        work = np.array([w for _, w in drafted])
-        c1 = max(float(np.polyfit(gammas, work, 1)[0]), 0.0) if len(set(gammas.tolist())) > 1 else 0.0
-        c0 = max(float(np.mean(work - c1 * gammas)), 0.0)
+        gammas = np.array(sorted(medians), dtype=float)
+        work = np.array([medians[g] for g in sorted(medians)])
+        c1 = max(float(np.polyfit(gammas, work, 1)[0]), 0.0) if len(gammas) > 1 else 0.0
+        c0 = max(float(np.median(work - c1 * gammas)), 0.0)
         return w_plain, c0, c1
+
+    #: how far drafting's measured rate must beat plain rounds' cheapest price to skip their trial
+    plain_margin = 0.10
+
+    def _plain_ruled_out(self) -> bool:
+        """Shared rows: do the timed drafting rounds beat plain rounds by more than ``plain_margin``
+        even with plain rounds priced at their cheapest — the one-row pass t(B) times the batch's pass
+        ratio capped at 1, with no work outside the pass unless measured? Then plain rounds are not
+        tried (a trial costs a switch, its timed rounds and a lag of two, and a switch back that makes the
+        draft rows re-read the backlog). Plain rounds' cost is the part of the model that is known in
+        advance; drafting's rests on acceptance, so drafting is the choice that needs the timed check.
+        Measured without it (int8 target, 2 requests, HumanEval 134-135): rounds 5-8 of ~33 were plain
+        trials, at 21 tok/s where the chains of 1 before them ran at 29."""
+        from ..theory.speedup import batch_throughput
+
+        if self.per_request:
+            return False
+        drafting = self._rate(1)
+        if drafting is None:
+            return False
+        live = max(int(self.live()), 1)
+        draft, verify = self._round_costs(live)
+        overhead = self.round_overhead(live, draft, verify)
+        plain = batch_throughput(self.alpha(), 0, live, draft, verify, overhead, self.draft_shared,
+                                 self.verify_shared)
+        measured = self._rate(0)
+        if measured is not None:
+            plain = max(plain, measured)
+        return drafting > (1.0 + self.plain_margin) * plain
 
     def _round_tokens(self, gamma: int, round_index: int, live: int) -> float:
         """Tokens the batch committed in a timed round: every request's accepted + 1 as observed (a plain
@@ -481,7 +537,7 @@ class BatchDraftLength:
                 if not switched:      # the first drafted round after plain ones (or of the batch: the draft reads
                                       # the prompts) also reads the backlog: a switch cost, not timed
                     self.rounds.setdefault(g, []).append((last, now - self._started[last], self._live_at.get(last, 1)))
-                    if self.per_request and last in self._pass_at and self.passes is not None:
+                    if last in self._pass_at and self.passes is not None:
                         inside = sum(p.seconds for p in self.passes()[self._pass_at[last]:])
                         self._work.append((g, now - self._started[last] - inside, self._live_at.get(last, 1)))
             self._deciding = round_index
@@ -494,6 +550,9 @@ class BatchDraftLength:
                     gamma = other
                     self._probes += 1
                     self._next_probe = round_index + self.explore_every * 2 ** min(self._probes, 4)
+            elif untried == [0] and self._plain_ruled_out():
+                gamma = best        # plain rounds could not keep up even priced at their cheapest
+                self._next_probe = max(self._next_probe, round_index + self.explore_every)
             elif untried:       # a choice on trial keeps the rounds until they are timed (a switching round is
                                 # not, and a model whose γ* flipped between 0 and 1 alternated untimed rounds)
                 prev = self._gammas.get(round_index - 1)
@@ -505,8 +564,8 @@ class BatchDraftLength:
                                             # to drafting first reads the backlog, which no timed round shows)
                 drafting, plain = (best, other) if best > 0 else (other, best)
                 gamma = drafting if self._rate(drafting) > (1 + self.switch_margin) * self._rate(plain) else plain
-                if round_index >= self._next_probe:                   # re-try the other, less often each time
-                    gamma = other if gamma == best else best
+                if round_index >= self._next_probe and not (gamma > 0 and self._plain_ruled_out()):
+                    gamma = other if gamma == best else best              # re-try the other, less often each time
                     self._probes += 1
                     self._next_probe = round_index + self.explore_every * 2 ** min(self._probes, 4)
                     self._hold = (gamma, round_index + self.trial)
@@ -516,7 +575,7 @@ class BatchDraftLength:
             self._gammas[round_index] = gamma
             self._started[round_index] = now
             self._live_at[round_index] = int(self.live())
-            if self.per_request and self.passes is not None:
+            if self.passes is not None:
                 self._pass_at[round_index] = len(self.passes())
             return gamma
 
@@ -534,9 +593,14 @@ class BatchDraftLength:
         self._plain_since = (round_index, live, self._learned) if best == 0 else None
         return best
 
-    def observe(self, drafted: int, accepted: int, round_index: int | None = None) -> None:
-        """One request's round: ``drafted`` chain tokens, the first ``accepted`` of them accepted."""
+    def observe(self, drafted: int, accepted: int, round_index: int | None = None, confidences=None) -> None:
+        """One request's round: ``drafted`` chain tokens, the first ``accepted`` of them accepted;
+        ``confidences``: the draft's probability of each greedy token it drafted (the prior of
+        :meth:`_pooled`), None for sampled chains."""
         with self._lock:
+            if confidences is not None and len(confidences):
+                self.confidence_sum += float(np.sum(confidences))
+                self.confidence_count += len(confidences)
             tested = min(drafted, accepted + 1)
             self._learned += tested > 0
             self.tries[:tested] += 1

@@ -98,16 +98,17 @@ class ChainDrafter(Drafter):
                 token = int(sample_from(probs, generator))
                 laws.append(probs)
             tokens.append(token)
-            if self.budget is not None:
+            if self.budget is not None or (self.shared is not None and greedy):
                 if not greedy:
                     q = float(probs[token])
                 elif self.confidence.top_k is None and self.confidence.top_p is None:
                     q = float(torch.exp(top - torch.logsumexp(logits, dim=-1)))     # softmax of the arg-max
                 else:
                     q = token_probability(logits, token, self.confidence)
-                c = float(self.budget.calibration(q))
                 conf.append(q)
-                values.append((values[-1] if values else 1.0) * c)
+                if self.budget is not None:
+                    c = float(self.budget.calibration(q))
+                    values.append((values[-1] if values else 1.0) * c)
             if len(tokens) >= limit or not (probe or self._continue(values, conf, t0)):
                 break
             logits = self.cache.read([len(tokens) - 1], [token], [len(tokens) - 2])[0]
@@ -117,7 +118,7 @@ class ChainDrafter(Drafter):
             if keep == 0:
                 return DraftTree.empty()
         return DraftTree.chain(tokens, torch.stack(laws) if laws else None, draft_calls=self.cache.calls,
-                               confidences=conf if self.budget is not None else None)
+                               confidences=conf or None)
 
     def _continue(self, values, conf, t0) -> bool:
         if self.budget is None:
@@ -136,7 +137,8 @@ class ChainDrafter(Drafter):
         if len(tree):
             self.cache.keep(feedback.verdict.path)
         if self.shared is not None and (len(tree) or self.budget is not None):   # a request may draft nothing
-            self.shared.observe(len(tree), feedback.verdict.accepted, self.rounds)
+            conf = tree.confidences.numpy() if tree.confidences is not None and not tree.sampled else None
+            self.shared.observe(len(tree), feedback.verdict.accepted, self.rounds, conf)
         if self.budget is None:
             return
         costs = self.budget.costs
