@@ -388,3 +388,20 @@ def test_the_batch_policy_hears_the_drafts_confidence_in_greedy_chains_only(temp
             assert all(np.isclose(maxima, q).any() for q in conf)
     else:
         assert all(c is None for _, c in drafted)
+
+
+def test_hf_generate_in_a_batch_times_its_own_prefill(hf_pair):
+    """``bench --batch``'s HF generate row: the prefill's share is the time until generate's first new
+    tokens came out (a streamer's clock inside the same call), so it lies strictly inside the run, and
+    its tokens are HF's own greedy continuation (equal to specbound's plain batch, token for token)."""
+    from specbound.experiments.batched import _hf_generate
+
+    from types import SimpleNamespace
+
+    module = hf_pair[0]
+    prompts = [HF_PROMPTS[0], HF_PROMPTS[3]]             # one length: no padding to reason about
+    wrapped = SimpleNamespace(model=module, tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=0))
+    seconds, prefill, outs = _hf_generate(wrapped, prompts, 5)
+    assert 0 < prefill < seconds
+    plain = autoregressive_decode_batch(StaticCacheHFModel(module), prompts, 5, temperature=0)
+    assert [list(r.tokens) for r in plain] == outs

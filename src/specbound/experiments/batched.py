@@ -118,28 +118,33 @@ def tau_against_alone(result: BatchedResult) -> list[TauAgainstAlone]:
 
 
 def _hf_generate(target, group_ids, tokens):
-    """Hugging Face ``generate`` on a left-padded batch: (seconds, per-request new tokens)."""
+    """Hugging Face ``generate`` on a left-padded batch: (seconds, the seconds until its first new tokens
+    came out — the prefill's share —, per-request new tokens)."""
+    from .bench import _FirstTokenClock
+
     tok = target.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     width = max(len(ids) for ids in group_ids)
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in group_ids])
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in group_ids])
+    first = _FirstTokenClock()
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = target.model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=tokens,
-                                    min_new_tokens=tokens, do_sample=False, pad_token_id=pad)
-    return time.perf_counter() - t0, [row[width:].tolist() for row in out]
+                                    min_new_tokens=tokens, do_sample=False, pad_token_id=pad, streamer=first)
+    seconds = time.perf_counter() - t0
+    return seconds, (first.at or t0 + seconds) - t0, [row[width:].tolist() for row in out]
 
 
 def _run_method(method, target, draft, llama, group_ids, tokens):
     """(wall seconds, the prefill's share of them, target passes, per-request dicts) of one method on one
     group. The prefill's share: a batch's requests read their prompts together, so it ends when the last
     of them has (``BatchDecodeResult.prefill_time``); one request after another (llama.cpp) sums them;
-    HF generate: estimated from a one-token generate of the same batch."""
+    HF generate: until its first new tokens came out (a streamer's clock). It was estimated from a
+    one-token generate of the same batch, which at 8 requests came out at or above the whole run's time
+    (a decode rate 5× plain's, meaningless)."""
     if method == "hf-generate":
-        first, _ = _hf_generate(target, group_ids, 1)        # prefill + one step: the prefill's share
-        seconds, outs = _hf_generate(target, group_ids, tokens)
-        prefill = max(first - (seconds - first) / max(tokens - 1, 1), 0.0)
+        seconds, prefill, outs = _hf_generate(target, group_ids, tokens)
         return seconds, prefill, tokens, [{"tokens": o, "latency": seconds, "tau": 1.0, "drafted": 0.0} for o in outs]
     if method == LLAMACPP:
         rows, wall, prefill = [], 0.0, 0.0
@@ -162,9 +167,8 @@ def _run_method(method, target, draft, llama, group_ids, tokens):
 
 
 def _decode_rate(runs) -> float:
-    """New tokens per second after the prefill over ``runs``. HF generate's prefill is estimated (a
-    one-token generate of the batch): an estimate at or above the whole run's time (seen at 8 requests)
-    gives no decode rate (nan), not a negative one."""
+    """New tokens per second after the prefill over ``runs`` (no time after it: nan, not a negative
+    rate)."""
     seconds = sum(r["wall"] - r["prefill"] for r in runs)
     return sum(r["new_tokens"] for r in runs) / seconds if seconds > 0 else float("nan")
 
@@ -293,7 +297,7 @@ def markdown(result: BatchedResult, command: str = "") -> str:
               f"{result.threads}; {result.seconds:.0f} s in all. Throughput (tok/s total) = all new tokens / summed "
               "wall time of the groups (each group starts from its prompts: prefill included, as a server sees it); "
               "decode tok/s leaves each group's prefill out (a batch: until its last request has read its prompt; "
-              "HF generate: estimated from a one-token generate of the same batch), which is what the prediction "
+              "HF generate: until its first new tokens came out), which is what the prediction "
               "describes; range = slowest–fastest group (total); "
               "latency = mean per-request time from its first prefill to its last token (HF generate: the batch's "
               "time; llama.cpp one at a time: the time until that request is served); identical = requests whose "
