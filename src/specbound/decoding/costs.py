@@ -11,9 +11,9 @@ neither is constant in k, and both move between machines and moments (docs/model
 * :class:`CostModel` corrects the prior online: every round's target pass and draft reads update
   per-k observations; where the run has seen k, its recent median wins, elsewhere the prior's shape
   is taken at the run's level. When the prior disagrees with what the run sees by more than
-  ``stale_tolerance`` (25 %), decoding follows the run and, at its end, the cached entry is replaced
-  by the corrected curves (:meth:`CostModel.persist`); one busy-CPU calibration can therefore never
-  steer decoding for good, and no later run pays for a re-measurement.
+  ``stale_tolerance`` (25 %), decoding follows the run and, at its end, the cached entry is dropped
+  (:meth:`CostModel.drop_if_stale`): the next run measures the pair again, so one busy-CPU
+  calibration can never steer decoding for good, and no run's partial view is stored as a measurement.
 """
 from __future__ import annotations
 
@@ -37,8 +37,11 @@ __all__ = ["COST_KS", "CostModel", "CostMeasurement", "costs_file", "load_or_mea
 
 COST_KS = (1, 2, 4, 8, 16, 32, 64)
 # 3: entries that version 2 rewrote after a stale run could hold the run's optimistic guesses beyond the
-# largest k it saw (CostModel.persist); every machine measures once again rather than trust them
-CACHE_VERSION = 3
+# largest k it saw (then CostModel.persist); every machine measures once again rather than trust them
+# 4: a stale run no longer writes its view into the cache (CostModel.drop_if_stale drops the entry): a
+# stored kquant curve read 72.6 ms at t(1) where three fresh calibrations measured 34-42, so every entry a
+# run may have written is measured once again
+CACHE_VERSION = 4
 
 
 #: A point whose repeats differ by more than this fraction of their median gets more reads.
@@ -263,7 +266,7 @@ class _OnlineCurve:
         them; below them, the nearest seen point times the prior's ratio (the prior's shape, the
         run's level); above them, the lower of that and the run's own last slope — optimistic where
         unseen, so drafting goes there, measures, and corrects itself (``optimistic=False``: the
-        prior's shape there too, what :meth:`CostModel.persist` stores). With nothing seen: the prior."""
+        prior's shape there too). With nothing seen: the prior."""
         k = int(k)
         ks, ts = self._seen_curve()
         if not ks:
@@ -333,29 +336,20 @@ class CostModel:
             if name in CostModel._warned:
                 return
             CostModel._warned.add(name)
-            then = (", and the cached profile is replaced by them at the end of the run" if self.measurement.key
-                    else "")
+            then = (", and the cached profile is dropped at the end of the run (the next run measures again)"
+                    if self.measurement.key else "")
             warnings.warn(f"the cost profile ({self.measurement.source}) disagrees with this run by {off:.0%} "
                           f"(median): decoding follows the run's own measurements{then}", stacklevel=3)
 
-    def persist(self) -> None:
-        """At the end of a run whose calibration proved stale: replace the cached entry by the
-        online-corrected curves (the run's own medians where it looked, the prior's shape at its level
-        elsewhere — never the optimistic slope decoding uses beyond what it saw, a guess that steers
-        exploration but is no measurement: stored, it priced a kquant t(64) at 205 ms where a fresh
-        calibration measured t(32) = 242, and a batch of 8 started drafting on it at 0.7× plain), so the
-        next run starts from what this one saw instead of re-measuring."""
+    def drop_if_stale(self) -> None:
+        """At the end of a run whose calibration proved stale: drop the cached entry, so the next run
+        measures the pair again (interleaved repeats, a few seconds) instead of trusting either the old
+        calibration or this run's view. Why not store the run's corrected curves (the design until the
+        sixteenth session): a run sees a few pass sizes at one moment of a machine whose speed drifts by a
+        third within minutes, and the prior's shape elsewhere — stored and corrected again run after run,
+        this machine's kquant entry read t(1) = 72.6 ms, t(4) = 73.5 ms where three fresh calibrations
+        measured 34-42 and 49-55 ms, and on it the batch policy drafted at 2 requests where drafting lost
+        (0.89x plain, HumanEval 160-163)."""
         key = self.measurement.key
-        if not self.stale or not key:
-            return
-        ks = tuple(self.measurement.target.ks)
-        dks = tuple(self.measurement.draft.ks)
-        corrected = CostMeasurement(CostProfile(ks, tuple(self.target(k, optimistic=False) for k in ks)),
-                                    CostProfile(dks, tuple(self.draft(k, optimistic=False) for k in dks)),
-                                    source="online", key=key)
-        try:
-            entries = read_cost_cache()
-            entries[key] = corrected
-            _write_cost_cache(entries)
-        except (ValueError, SpecboundError):
+        if self.stale and key:
             drop_cached_costs(key)

@@ -101,10 +101,11 @@ class Drafter(ABC):
             self.cache.restore()
 
     def finish(self) -> None:
-        """After the last round (also after an interrupt): persist what the run learnt."""
+        """After the last round (also after an interrupt): a calibration the run found stale is dropped
+        from the cache (the next run measures again)."""
         budget = getattr(self, "budget", None)
         if budget is not None:
-            budget.costs.persist()
+            budget.costs.drop_if_stale()
 
     def describe(self) -> str:
         return self.name
