@@ -151,26 +151,31 @@ def test_batch_draft_length_is_one_length_per_round_and_follows_the_faster_choic
     assert policy.model_gamma() <= shared.model_gamma()       # dearer draft passes never lengthen the chain
 
 
-def test_batch_draft_length_trusts_timed_rounds_over_its_model(monkeypatch):
+def _run_simulated_batch(monkeypatch, policy, seconds, rounds):
+    """Drive a shared-rows policy for ``rounds`` rounds of 2 requests on a simulated clock: a round of
+    chain length g takes ``seconds(g)``, and each request accepts all g of its drafts. The lengths chosen."""
     import time
-
-    from specbound.decoding.costs import CostMeasurement
-    from specbound.decoding.policy import BatchDraftLength
 
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=3, trial=2,
-                              explore_every=10)
     chosen = []
-    for r in range(1, 30):
+    for r in range(1, rounds + 1):
         g = policy.gamma_for_round(r)
         chosen.append(g)
-        if g > 0:                                  # drafted rounds: all accepted, yet each takes 10 s
-            for _ in range(2):
-                policy.observe(g, g, r)
-            clock[0] += 10.0
-        else:                                      # plain rounds: 2 tokens in 0.2 s
-            clock[0] += 0.2
+        for _ in range(2 if g else 0):
+            policy.observe(g, g, r)
+        clock[0] += seconds(g)
+    return chosen
+
+
+def test_batch_draft_length_trusts_timed_rounds_over_its_model(monkeypatch):
+    from specbound.decoding.costs import CostMeasurement
+    from specbound.decoding.policy import BatchDraftLength
+
+    policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=3, trial=2,
+                              explore_every=10)
+    # drafted rounds: all accepted, yet each takes 10 s; plain rounds: 2 tokens in 0.2 s
+    chosen = _run_simulated_batch(monkeypatch, policy, lambda g: 10.0 if g > 0 else 0.2, 29)
     assert policy.model_gamma() == 0               # the model learns the rounds' work outside the passes…
     assert chosen[0] == 3 and 0 in chosen[:6]      # …once both its γ and plain are timed…
     later = chosen[10:]
@@ -182,8 +187,6 @@ def test_batch_draft_length_learns_the_round_work_outside_the_passes(monkeypatch
     rows' sampling and verification): the pass-only model over-rates long chains; once two lengths are
     timed the policy fits that work and settles on the γ that is truly fastest (computed here from the
     simulated times, every token accepted: 2(γ+1) tokens per round for 2 requests)."""
-    import time
-
     from specbound.decoding.costs import CostMeasurement
     from specbound.decoding.policy import BatchDraftLength
 
@@ -193,16 +196,8 @@ def test_batch_draft_length_learns_the_round_work_outside_the_passes(monkeypatch
     rates = {g: (2 * (g + 1) if g else 2) / seconds(g) for g in range(9)}
     truth = max(rates, key=rates.get)
     assert 0 < truth < 4 and rates[truth] > 1.1 * rates[0]          # the simulated pair: a short chain pays
-    clock = [0.0]
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2, trial=2, explore_every=16)
-    chosen = []
-    for r in range(1, 120):
-        g = policy.gamma_for_round(r)
-        chosen.append(g)
-        for _ in range(2 if g else 0):
-            policy.observe(g, g, r)
-        clock[0] += seconds(g)
+    chosen = _run_simulated_batch(monkeypatch, policy, seconds, 119)
     plain, c0, c1 = policy.round_overhead(2, DRAFT, VERIFY)
     assert plain == pytest.approx(0.05, abs=1e-9) and c0 == pytest.approx(0.05, abs=1e-6)
     assert c1 == pytest.approx(0.08, abs=1e-6)
@@ -405,25 +400,13 @@ def test_batch_draft_length_starts_drafting_only_where_it_can_repay_the_draft_ba
     every committed token they have not read. A batch that could save less than twice that read even
     with every drafted token accepted stays plain; one with a long way to go and a short backlog drafts
     its start length at once."""
-    import time
-
     from specbound.decoding.costs import CostMeasurement
     from specbound.decoding.policy import BatchDraftLength
-
-    clock = [0.0]
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
 
     def run(remaining, backlog, rounds=30):
         policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: 2, start=2,
                                   outlook=lambda: (remaining, backlog))
-        chosen = []
-        for r in range(1, rounds):
-            g = policy.gamma_for_round(r)
-            chosen.append(g)
-            for _ in range(2 if g else 0):
-                policy.observe(g, g, r)
-            clock[0] += 0.2
-        return chosen
+        return _run_simulated_batch(monkeypatch, policy, lambda g: 0.2, rounds - 1)
 
     # saving at full acceptance, 2 requests: plain 2 / t(2) vs the best chain; 40 tokens save < 1 s,
     # while reading a backlog of 2000 tokens costs d(2000) ≈ 4 s on the DRAFT curve
@@ -483,23 +466,6 @@ def test_batch_draft_length_prices_each_pass_size_by_its_own_passes():
     in_turn = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), passes=lambda: records, live=lambda: 2,
                                rows_shared=(True, False))
     assert in_turn._verify_by_size(2, scaled) is scaled
-
-
-def _run_simulated_batch(monkeypatch, policy, seconds, rounds, accepted=lambda g: g, confidences=None):
-    """Drive a shared-rows policy for ``rounds`` rounds of 2 requests on a simulated clock: a round of
-    chain length g takes ``seconds(g)``, and each request accepts ``accepted(g)`` of its g drafts."""
-    import time
-
-    clock = [0.0]
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
-    chosen = []
-    for r in range(1, rounds + 1):
-        g = policy.gamma_for_round(r)
-        chosen.append(g)
-        for _ in range(2 if g else 0):
-            policy.observe(g, accepted(g), r, None if confidences is None else [confidences] * g)
-        clock[0] += seconds(g)
-    return chosen
 
 
 def test_batch_policy_tries_plain_rounds_only_where_they_could_keep_up(monkeypatch):

@@ -261,12 +261,11 @@ class _OnlineCurve:
             self._seen = (ks, ts)
         return self._seen
 
-    def __call__(self, k: int, optimistic: bool = True) -> float:
+    def __call__(self, k: int) -> float:
         """The run's own median where it has seen k; between seen points linear interpolation of
         them; below them, the nearest seen point times the prior's ratio (the prior's shape, the
         run's level); above them, the lower of that and the run's own last slope — optimistic where
-        unseen, so drafting goes there, measures, and corrects itself (``optimistic=False``: the
-        prior's shape there too). With nothing seen: the prior."""
+        unseen, so drafting goes there, measures, and corrects itself. With nothing seen: the prior."""
         k = int(k)
         ks, ts = self._seen_curve()
         if not ks:
@@ -275,7 +274,7 @@ class _OnlineCurve:
             return ts[0] * float(self.prior(k)) / float(self.prior(ks[0]))
         if k > ks[-1]:
             shaped = ts[-1] * float(self.prior(k)) / float(self.prior(ks[-1]))
-            if len(ks) >= 2 and optimistic:     # optimistic where unseen: the run's own slope if it is flatter
+            if len(ks) >= 2:     # optimistic where unseen: the run's own slope if it is flatter
                 slope = max((ts[-1] - ts[-2]) / (ks[-1] - ks[-2]), 0.0)
                 return min(shaped, ts[-1] + slope * (k - ks[-1]))
             return shaped

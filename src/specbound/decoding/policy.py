@@ -466,8 +466,9 @@ class BatchDraftLength:
         w_plain = max(medians.pop(0, 0.0), 0.0)
         if not medians:
             return w_plain, 0.0, 0.0
-        gammas = np.array(sorted(medians), dtype=float)
-        work = np.array([medians[g] for g in sorted(medians)])
+        lengths = sorted(medians)
+        gammas = np.array(lengths, dtype=float)
+        work = np.array([medians[g] for g in lengths])
         c1 = max(float(np.polyfit(gammas, work, 1)[0]), 0.0) if len(gammas) > 1 else 0.0
         c0 = max(float(np.median(work - c1 * gammas)), 0.0)
         return w_plain, c0, c1
@@ -486,8 +487,6 @@ class BatchDraftLength:
         trials, at 21 tok/s where the chains of 1 before them ran at 29."""
         from ..theory.speedup import batch_throughput
 
-        if self.per_request:
-            return False
         drafting = self._rate(1)
         if drafting is None:
             return False
