@@ -4,6 +4,7 @@ top-k/top-p on exact chains and on a tiny transformer, a planted-bias mutant the
 the engine's mean accepted tokens against the exact value, greedy identity and bad input."""
 import inspect
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -12,11 +13,13 @@ import torch
 from helpers import chain_pair, chi_square_pvalue, encode, exact_first_two_law, processed_chain
 from specbound.decoding import ChainDrafter, SamplingConfig, Speculator, autoregressive_decode, speculative_decode
 from specbound.decoding import verify as verify_module
+from specbound.decoding.costs import CostMeasurement, CostModel
 from specbound.decoding.engine import make_generator
 from specbound.decoding.verify import BLOCK
 from specbound.errors import SpecboundError
 from specbound.models import ChainModel
 from specbound.theory import MarkovChain
+from specbound.theory.speedup import CostProfile
 from specbound.theory.verification import (
     block_accepted_by_length, block_residual, block_stop_probabilities, expected_accepted, token_stop_probabilities,
 )
@@ -313,6 +316,14 @@ def test_the_chain_policy_learns_the_acceptance_its_verifier_gives(monkeypatch, 
 
     monkeypatch.setattr(ChainDrafter, "propose", recording_propose)
     monkeypatch.setattr(AcceptanceCalibration, "observe", recording_observe)
+    # γ = auto sizes its chains from costs: on the wall clock (two Markov chains whose reads cost about the
+    # same microseconds) how many rounds drafted depended on timing, and the run drafted too few for the
+    # checks below on 2 of 11 loaded runs. Here the costs are fixed (a draft read 1/20 of a flat target pass)
+    # and the clock stands still (no timed read moves them), so which rounds draft depends on the seed only.
+    ks = (1, 2, 4, 8, 16)
+    fixed = CostMeasurement(CostProfile(ks, (0.020,) * len(ks)), CostProfile(ks, (0.001,) * len(ks)))
+    monkeypatch.setattr(ChainDrafter, "calibrated_costs", lambda self, target: CostModel(fixed))
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     speculative_decode(ChainModel(target), ChainModel(draft), [2], 60, gamma="auto", temperature=1.0, top_k=5,
                        seed=3, verification=verification)
     drafted = [(last, tokens) for last, tokens in rounds if tokens]
