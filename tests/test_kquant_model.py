@@ -215,3 +215,43 @@ def test_a_damaged_or_foreign_copy_is_not_used(tmp_path, capsys):
     (copy_dir / "kquant.json").write_text("{not json")
     assert read_kquant_cache(copy_dir, source) is None
     assert "unreadable" in capsys.readouterr().err
+
+
+def test_config_and_tokenizer_come_from_the_parse_already_made(tmp_path, monkeypatch):
+    """transformers parses a GGUF file's metadata once for its config and once more for its tokenizer
+    (~7 s apiece for the packaged target); inside ``parsed_once`` both come from the reader the loader
+    opened, and they are the same config and tokenizer as from their own parses."""
+    import gguf
+    from transformers import AutoConfig, AutoTokenizer
+
+    from gguf_tiny import write_tiny_llama_gguf
+    from specbound.models.kquant import parsed_once
+
+    path = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    parses = []
+    original = gguf.GGUFReader
+
+    def counting(*args, **kwargs):
+        parses.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counting)
+
+    def load():
+        return (AutoConfig.from_pretrained(str(tmp_path), gguf_file=path.name, local_files_only=True),
+                AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name, local_files_only=True))
+
+    config, tokenizer = load()
+    assert len(parses) == 2                      # what happens without it: the file parsed twice more
+    reader = gguf.GGUFReader(str(path))
+    parses.clear()
+    with parsed_once(path, reader):
+        once_config, once_tokenizer = load()
+        other = write_tiny_llama_gguf(tmp_path / "other.gguf", seed=3)
+        gguf.GGUFReader(str(other))               # another file is parsed as usual
+    assert len(parses) == 1 and parses[0][0] == str(other)
+    assert gguf.GGUFReader is counting           # put back on leaving
+    assert once_config.to_dict() == config.to_dict()
+    text = "the cat is in the tree, and it is hot!"
+    assert once_tokenizer(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert once_tokenizer.get_vocab() == tokenizer.get_vocab()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -321,10 +322,35 @@ def _read_gguf(path: Path) -> dict:
             layers[_hf_name(t.name)[: -len(".weight")]] = pack_q4_k(t.data) if kind == "Q4_K" else pack_q6_k(t.data)
         else:
             raise SpecboundError(f"{path.name}: tensor {t.name} is {kind}; the K-quant target reads Q4_K and Q6_K only")
-    del reader
-    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    with parsed_once(path, reader):
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     return {"layers": layers, "floats": floats, "config": config, "tokenizer": tokenizer}
+
+
+@contextmanager
+def parsed_once(path, reader):
+    """While inside, ``gguf.GGUFReader(path)`` returns ``reader`` (already open on that file) instead of
+    parsing the file again. transformers builds a GGUF file's config and its tokenizer from two more
+    parses of its metadata (``load_gguf_checkpoint``), ~7 s apiece here for the packaged target's
+    151k-token vocabulary: a third of its first load (docs/results/RESULTS.md, seventeenth session).
+    They only read the reader's fields. Any other file, or a reader asked for with other arguments, is
+    parsed as usual; a transformers that imported the class elsewhere just parses again (slower, the same)."""
+    import gguf
+
+    original = gguf.GGUFReader
+    resolved = Path(path).resolve()
+
+    def reader_for(file, *args, **kwargs):
+        if not args and not kwargs and Path(file).resolve() == resolved:
+            return reader
+        return original(file, *args, **kwargs)
+
+    gguf.GGUFReader = reader_for
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 def _build(parts: dict, portable: bool):
