@@ -127,6 +127,32 @@ def test_every_target_pass_holds_every_live_request(hf_pair):
     assert batch.decode_tokens_per_second > batch.tokens_per_second
 
 
+@pytest.mark.parametrize("kw", DRAFTERS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+def test_a_batch_prefill_is_its_targets_prompt_reads_for_every_drafter(hf_pair, monkeypatch, kw):
+    """Every drafter of a batch reads its prompt into the draft at its first drafted round, inside the
+    decode time: a batch's prefill is its target rows' prompt reads, whatever the method (γ = auto always
+    drafted so; fixed lengths and trees read the prompt up front, so their decode rate left out a cost
+    auto's carried). Checked: no draft row has read anything when its drafter starts, and every request's
+    tokens are still those it decodes alone."""
+    from specbound.decoding.drafters.base import Drafter
+
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    read_at_start = []
+    start = Drafter.start
+
+    def recording_start(self, target_row, prompt):
+        start(self, target_row, prompt)
+        model = getattr(self, "model", None) or getattr(getattr(self, "chain", None), "model", None)
+        read_at_start.append(model.committed_length)
+
+    monkeypatch.setattr(Drafter, "start", recording_start)
+    prompts, budgets = HF_PROMPTS[:3], [6, 6, 6]
+    batch = speculative_decode_batch(target, draft, prompts, budgets, temperature=0, seed=1, **kw)
+    assert read_at_start == [0, 0, 0]
+    for i in range(3):
+        assert batch[i].tokens == _alone(target, draft, i, budget=6, temperature=0, **kw)
+
+
 def test_plain_batched_decoding_equals_plain_decoding(hf_pair):
     target = StaticCacheHFModel(hf_pair[0])
     batch = autoregressive_decode_batch(target, HF_PROMPTS, HF_BUDGETS, temperature=0.7, top_p=0.9, seed=3)

@@ -393,8 +393,9 @@ def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float]
 # ----------------------------------------------------------------------------------------------- check
 def measure_batches(target, draft, advice: Advice, prompt_ids: list[list[int]], tokens: int, runs: int = 1) -> None:
     """Run plain batched decoding and the advised chain at every batch size on the held-out prompts and
-    fill the measured total tokens per second after the prefill (as predicted; the prefill is the same
-    work with or without speculation, bar the draft's): the MEDIAN over batches, and the range. Every
+    fill the measured total tokens per second after the prefill (the target's prompt reads, the same work
+    with or without speculation; the draft's prompt read is in the decoding time, which the per-round
+    prediction leaves out): the MEDIAN over batches, and the range. Every
     prompt is decoded at every B: ⌈n/B⌉ batches of B requests (the prompts taken in turn, cycled to fill
     the last), each ``runs`` times, plain and speculative paired on each. (One batch per B, as this was,
     priced B = 1 on one prompt: 1.09× for γ = 4 where the single-request checks' median over two prompts

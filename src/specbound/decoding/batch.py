@@ -202,6 +202,14 @@ def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_draf
     target_rows = _rows(target, n, scheduler, priority=1)
     draft_rows = _rows(draft, n, scheduler, priority=0) if draft is not None else [None] * n
     drafters = [make_drafter(t, d, scheduler) for t, d in zip(target_rows, draft_rows)]
+    for drafter in drafters:
+        # A batch's prefill is its target rows' prompt reads, for every method: each drafter's model reads
+        # its prompt at its first drafted round, inside the decode time. γ = auto always did (a batch that
+        # decodes plainly never reads it); drafters that read it up front put it in the prefill, so their
+        # decode rate left out a cost that auto's carried and plain decoding does not have: at 2 requests
+        # (int8 target, llama.cpp draft, HumanEval 160-163) auto and γ = 4 decoded 20.6 tok/s each end to end,
+        # but 24.9 vs 27.8 "decode" (docs/results/RESULTS.md, seventeenth session)
+        drafter.lazy_prefill = True
     stop = threading.Event()
     engines = [Speculator(t, dr, sampling, rule, stop_token_ids, g, stop=stop)
                for t, dr, g in zip(target_rows, drafters, generators)]
@@ -308,7 +316,6 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
                                                      outlook=None if per_request else outlook)
             drafter = ChainDrafter(draft_row, sampling, "auto" if per_request else lengths["policy"])
             drafter.shared, drafter.shared_costs = lengths["policy"], shared
-            drafter.lazy_prefill = True      # where the batch decodes plainly, its draft rows never read the prompts
             return drafter
         drafter = spec.build(target_row, draft_row, sampling)
         drafter.shared_costs = shared

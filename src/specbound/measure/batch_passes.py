@@ -60,12 +60,15 @@ class BatchPassCosts:
 
 
 def _decode_part(result, gamma: int):
-    """(decode passes of the target, decode passes of the draft, seconds after the prefill) of a batch
-    (prompt reads left out: they read more than γ + 1 tokens per row)."""
+    """(decode passes of the target, decode passes of the draft, seconds of the rounds) of a batch: prompt
+    reads left out (they read more than γ + 1 tokens per row) — the target's are its prefill, the draft's
+    come in the first drafted round (a batch's drafters read their prompts there) and are taken out of the
+    rounds' seconds here, as a one-time cost the per-round figures do not describe."""
     passes = result.passes
     target = [p for p in passes if p.priority >= 1 and 0 < p.tokens <= p.rows * (gamma + 1)]
     draft = [p for p in passes if p.priority == 0 and 0 < p.tokens <= p.rows * (gamma + 1)]
-    return target, draft, result.wall_time - result.prefill_time
+    prompt_reads = sum(p.seconds for p in passes if p.priority == 0 and p.tokens > p.rows * (gamma + 1))
+    return target, draft, result.wall_time - result.prefill_time - prompt_reads
 
 
 def measure_batch_passes(target, draft, prompt_ids: list[list[int]], batches, costs, rows_shared=(True, True),

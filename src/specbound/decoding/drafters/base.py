@@ -81,7 +81,7 @@ class Drafter(ABC):
 
     def start(self, target: LanguageModel, prompt: list[int]) -> None:
         """Before the first round: read the prompt (all but its last token) into the draft model —
-        or, with :attr:`lazy_prefill` (requests of a batch, which may never draft), leave it to the
+        or, with :attr:`lazy_prefill` (every request of a batch: its prefill is the target's prompt read), leave it to the
         first round that drafts (:class:`DraftCache` reads whatever the model has not read)."""
         self.calibration_time = 0.0
         if self.model is not None and not self.lazy_prefill:
