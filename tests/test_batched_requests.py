@@ -142,8 +142,7 @@ def test_a_batch_prefill_is_its_targets_prompt_reads_for_every_drafter(hf_pair, 
 
     def recording_start(self, target_row, prompt):
         start(self, target_row, prompt)
-        model = getattr(self, "model", None) or getattr(getattr(self, "chain", None), "model", None)
-        read_at_start.append(model.committed_length)
+        read_at_start.append(self.model.committed_length)
 
     monkeypatch.setattr(Drafter, "start", recording_start)
     prompts, budgets = HF_PROMPTS[:3], [6, 6, 6]

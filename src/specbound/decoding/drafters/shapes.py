@@ -89,7 +89,6 @@ class ShapeDrafter(Drafter):
         self.cache = self.chain.cache         # the cache of the shape that proposed last (analyses read its reads)
 
     def start(self, target, prompt):
-        self.chain.lazy_prefill = self.lazy_prefill       # the shapes share the chain's draft cache
         self.chain.start(target, prompt)
         self.calibration_time = self.chain.calibration_time
 
