@@ -37,6 +37,7 @@ from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
 from ..models.rows import PassRecord, PassScheduler
 from ..theory.speedup import CostProfile, rows_pass_seconds
+from .acceptance import acceptance_key, read_acceptance, remember_acceptance
 from .costs import CostMeasurement, load_or_measure_costs
 from .drafters import ChainDrafter
 from .engine import (
@@ -285,6 +286,8 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     n = len(prompts)
     joint = gamma == "auto" and tree is None and (drafts or 1) == 1 and n > 1
     measurement = load_or_measure_costs(target, draft) if "auto" in (gamma, tree) else None
+    memory = acceptance_key(target, draft, sampling, spec.verification) if spec.drafts_a_chain else None
+    shown = read_acceptance(memory) if joint else None
     sharing = rows_shared(target, draft)
     per_request = joint and not sharing[0]   # draft rows read in turn: each request sizes its own chain
     shared = batch_cost_prior(measurement, n, sharing) if measurement is not None and (per_request or not joint) \
@@ -313,7 +316,8 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
                                                      per_request=per_request,
                                                      max_gamma=32 if per_request else 8,
                                                      window=16 if per_request else 8,
-                                                     outlook=None if per_request else outlook)
+                                                     outlook=None if per_request else outlook,
+                                                     shown=None if shown is None else shown.per_depth(8))
             drafter = ChainDrafter(draft_row, sampling, "auto" if per_request else lengths["policy"])
             drafter.shared, drafter.shared_costs = lengths["policy"], shared
             return drafter
@@ -321,8 +325,10 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
         drafter.shared_costs = shared
         return drafter
 
-    return _decode_requests(target, draft if spec.needs_draft_model else None, prompts, max_new_tokens, sampling,
-                            make_drafter, spec.rule, seed, stop_token_ids, callback)
+    out = _decode_requests(target, draft if spec.needs_draft_model else None, prompts, max_new_tokens, sampling,
+                           make_drafter, spec.rule, seed, stop_token_ids, callback)
+    remember_acceptance(memory, [r.metrics for r in out.results])
+    return out
 
 
 def autoregressive_decode_batch(target: LanguageModel, prompts, max_new_tokens, temperature: float = 1.0,

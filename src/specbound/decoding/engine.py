@@ -17,6 +17,7 @@ import torch
 
 from ..errors import SpecboundError
 from ..models.base import LanguageModel, as_token_batch
+from .acceptance import acceptance_key, remember_acceptance
 from .drafters import (
     BatchDrafter, ChainDrafter, Drafter, RoundFeedback, check_batch_gamma, check_design, check_drafts, check_gamma,
     check_tree_drafter, make_tree_drafter,
@@ -326,6 +327,13 @@ class DraftSpec:
         return parse_relaxation(self.relaxation)
 
     @property
+    def drafts_a_chain(self) -> bool:
+        """One drafted chain per round under a lossless rule: the runs whose per-depth acceptance a pair
+        remembers (:mod:`specbound.decoding.acceptance`)."""
+        return (self.tree is None and check_drafts(self.drafts) == 1 and self.shape != "auto"
+                and self.relaxation is None)
+
+    @property
     def needs_draft_model(self) -> bool:
         return not (self.tree is not None and self.tree_drafter == "oracle")
 
@@ -380,7 +388,10 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
     spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification, shape)
     engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule, stop_token_ids,
                         make_generator(seed))
-    return engine.run(prompt, max_new_tokens, callback=callback)
+    out = engine.run(prompt, max_new_tokens, callback=callback)
+    if spec.drafts_a_chain:
+        remember_acceptance(acceptance_key(target, draft, sampling, spec.verification), [out.metrics])
+    return out
 
 
 def autoregressive_decode(target: LanguageModel, prompt, max_new_tokens: int, temperature: float = 1.0,

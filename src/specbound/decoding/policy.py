@@ -157,8 +157,8 @@ class BatchDraftLength:
     * the per-depth acceptance α_i pooled over the requests' rounds so far, each depth shrunk toward the
       acceptance over all depths, itself under a prior centred on the draft's own confidence in its
       greedy tokens (:meth:`alpha`, :meth:`_pooled`; the first drafted round drafts ``start`` tokens, and with
-      ``outlook`` a batch starts drafting only where that can repay the draft rows' backlog,
-      :meth:`worth_starting`; a depth just beyond γ* with fewer than ``min_tries`` tries is drafted while it
+      ``outlook`` a batch starts drafting only where that can repay the draft rows' backlog, priced before
+      its first drafted round at the acceptance the pair ``shown`` in earlier runs, :meth:`worth_starting`; a depth just beyond γ* with fewer than ``min_tries`` tries is drafted while it
       would pay at the all-depth acceptance, :meth:`_probe_deeper`);
     * the pair's cost curves t, d, rescaled by the median ratio of the batch's measured passes to the
       curve (rows' passes cost more than one row's; ``passes`` returns the scheduler's records), at the
@@ -196,7 +196,8 @@ class BatchDraftLength:
 
     def __init__(self, costs, passes=None, live=None, max_gamma: int = 8, start: int = 2, explore_every: int = 16,
                  trial: int = 2, window: int = 8, rows_shared: tuple[bool, bool] = (True, True),
-                 per_request: bool = False, recheck: int = 8, probe_margin: float = 1.0, outlook=None):
+                 per_request: bool = False, recheck: int = 8, probe_margin: float = 1.0, outlook=None,
+                 shown=None):
         import threading
 
         self.costs, self.passes, self.live = costs, passes, live or (lambda: 1)
@@ -232,10 +233,15 @@ class BatchDraftLength:
         # outlook() -> (tokens the live requests may still decode, committed tokens their draft rows have not
         # read): what starting to draft after plain rounds can win and what it costs first (None: not priced)
         self.outlook = outlook
-        # the saving is priced at FULL acceptance (an upper bound: at ~0.9 per depth, as on code, a chain of 8
-        # keeps about half of it), so starting needs twice the backlog's read. With 1.0, a batch of 8 whose
-        # bound saved about the draft's prefill started drafting on the noise of the target's measured passes
-        # and decoded at 0.57x plain (dev, HumanEval 58-65)
+        # the pair's per-depth acceptance shown in earlier runs (acceptance.ShownAcceptance.per_depth), what the
+        # start is priced at before this batch has drafted; None: full acceptance, an upper bound
+        self.shown = None if shown is None else np.asarray(shown, dtype=np.float64)[:self.max_gamma]
+        # starting needs twice the backlog's read: the saving is a prediction (at full acceptance, where the
+        # pair has shown none, an upper bound: at ~0.9 per depth, as on code, a chain of 8 keeps about half of
+        # it), and the model over-rated drafting at 4 requests by 10-20% (int8 target, GSM8K 133-140: γ = 4
+        # predicted 1.11x at 0.9 per depth, measured 0.92-1.04x). With 1.0, a batch of 8 whose bound saved
+        # about the draft's prefill started drafting on the noise of the target's measured passes and decoded
+        # at 0.57x plain (dev, HumanEval 58-65)
         self.start_margin = 2.0
         self.switch_margin = 0.05
         self._payback: tuple[int, bool] | None = None  # (round, answer) of the last worth_starting check
@@ -415,32 +421,54 @@ class BatchDraftLength:
         return gamma > 0 and rate > margin * batch_throughput(np.ones(self.max_gamma), 0, *args)
 
     def worth_starting(self, round_index: int) -> bool:
-        """Shared rows: may the batch switch from plain rounds (or its start) to drafting? Only where, even
-        with every drafted token accepted, the seconds drafting would save over the tokens the requests
-        may still decode exceed what the switch costs first: the draft rows reading every committed token
-        they have not read (at the batch's start, every prompt), one draft pass over that backlog. Measured
-        without it (kquant target, HumanEval 126–133, 96 tokens, greedy): γ = auto at 8 requests opened with
-        a drafted round whose draft prefill of the 8 prompts took seconds, and decoded at 0.49× plain;
-        at 2 and 4 requests 0.80× and 0.70×. The answer is reused for ``recheck`` rounds."""
-        from ..theory.speedup import batch_throughput, best_batch_gamma
-
+        """Shared rows: may the batch switch from plain rounds (or its start) to drafting? Only where the
+        seconds drafting would save over the tokens the requests may still decode exceed ``start_margin``
+        times what the switch costs first: the draft rows reading every committed token they have not read
+        (at the batch's start, every prompt), one draft pass over that backlog. The saving is priced
+        (:meth:`_start_rates`) from the timed rounds where this batch size has timed both drafting and
+        plain rounds, else by the model at the batch's own acceptance estimate once it has drafted, else at
+        the acceptance the pair showed in earlier runs (``shown``), else at full acceptance (an upper
+        bound). Measured without the gate (kquant target, HumanEval 126–133, 96 tokens, greedy): γ = auto
+        at 8 requests opened with a drafted round whose draft prefill of the 8 prompts took seconds, and
+        decoded at 0.49× plain; at 2 and 4 requests 0.80× and 0.70×. The answer is reused for ``recheck``
+        rounds."""
         if self.outlook is None:
             return True
         if self._payback is not None and round_index - self._payback[0] < self.recheck:
             return self._payback[1]
         remaining, backlog = self.outlook()
-        draft, verify = self._scaled_costs()
-        live = max(int(self.live()), 1)
-        # before any drafted round: every drafted token accepted (an upper bound); after: the estimate
-        full = self.alpha() if self.observed.any() else np.ones(self.max_gamma)
-        args = (draft, verify, self.max_gamma, self.round_overhead(live, draft, verify), self.draft_shared,
-                self.verify_shared)
-        gamma, fast = best_batch_gamma(full, live, *args)
-        plain = batch_throughput(full, 0, live, draft, verify, args[3], self.draft_shared, self.verify_shared)
-        saved = remaining / plain - remaining / fast if gamma > 0 and fast > plain else 0.0
+        draft, _ = self._scaled_costs()
+        plain, fast = self._start_rates()
+        saved = remaining / plain - remaining / fast if fast > plain else 0.0
         answer = saved > self.start_margin * float(draft(max(backlog, 1)))
         self._payback = (round_index, answer)
         return answer
+
+    def _start_rates(self) -> tuple[float, float]:
+        """(plain, drafting) tokens per second of the batch as it is now, as :meth:`worth_starting` prices
+        them: the timed rounds' rates where both kinds were timed at this number of live requests
+        (:meth:`_rate`) — a re-try after drafting measured slower than plain rounds then stays plain, where
+        the model's estimate had re-opened it: at 4 requests (int8 target, GSM8K 133-140) drafting
+        restarted in bursts, each re-reading the draft rows' backlog, and lost 20% —; otherwise the model's
+        best chain against plain rounds (:func:`~specbound.theory.speedup.best_batch_gamma`)."""
+        from ..theory.speedup import batch_throughput, best_batch_gamma
+
+        live = max(int(self.live()), 1)
+        drafting, plain = self._rate(1, live), self._rate(0, live)
+        if drafting is not None and plain is not None:
+            return plain, drafting
+        draft, verify = self._scaled_costs()
+        if self.observed.any():
+            alpha = self.alpha()
+        elif self.shown is not None and len(self.shown):
+            alpha = np.pad(self.shown, (0, self.max_gamma - len(self.shown)), mode="edge")
+        else:
+            alpha = np.ones(self.max_gamma)
+        args = (draft, verify, self.max_gamma, self.round_overhead(live, draft, verify), self.draft_shared,
+                self.verify_shared)
+        gamma, fast = best_batch_gamma(alpha, live, *args)
+        plain = batch_throughput(alpha, 0, live, draft, verify, args[3], self.draft_shared, self.verify_shared)
+        return plain, (fast if gamma > 0 else plain)
 
     def round_overhead(self, live: int, draft, verify) -> tuple[float, float, float]:
         """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
@@ -505,7 +533,7 @@ class BatchDraftLength:
         round: one per live request)."""
         return self._tokens.get(round_index, 0.0) if gamma > 0 else float(live)
 
-    def _rate(self, gamma: int) -> float | None:
+    def _rate(self, gamma: int, live: int | None = None) -> float | None:
         """Tokens per second of the recent timed rounds of drafting (any γ > 0: the model sets the length;
         the check asks whether drafting beats plain rounds — rating each γ apart made every new γ* of the
         model a new trial of drafting, even after drafting had lost) or of plain rounds (γ = 0), counting
@@ -515,7 +543,7 @@ class BatchDraftLength:
         (Counting it at once credited a drafted round with the first request's tokens only: at 2 requests
         on code γ = 2 measured 15.5 tok/s against 40 for plain rounds, and drafting was dropped.)"""
         done = sorted((r, s, b, g) for g, entries in self.rounds.items() if (g > 0) == (gamma > 0)
-                      for r, s, b in entries if r <= self._deciding - 2)[-self.window:]
+                      for r, s, b in entries if r <= self._deciding - 2 and live in (None, b))[-self.window:]
         if len(done) < self.trial:
             return None
         return sum(self._round_tokens(g, r, b) for r, _, b, g in done) / max(sum(s for _, s, _, _ in done), 1e-9)
