@@ -7,7 +7,7 @@ import pytest
 from helpers import tiny_pair
 from specbound.decoding.costs import measure_costs, pass_ratios
 from specbound.errors import SpecboundError
-from specbound.measure.batch_passes import BatchPassCosts, _decode_part, measure_batch_passes
+from specbound.measure.batch_passes import BatchPassCosts, _decode_part, measure_batch_passes, prompt_at_context
 from specbound.models.rows import PassRecord
 from specbound.theory.speedup import CostProfile, expected_tokens_per_step
 
@@ -48,6 +48,28 @@ def test_measure_batch_passes_on_tiny_rows_counts_every_decode_round():
         measure_batch_passes(target, draft, [], (1,), costs)
     with pytest.raises(SpecboundError, match="two different chain lengths"):
         measure_batch_passes(target, draft, prompts, (1,), costs, gammas=(2, 2))
+
+
+def test_calibration_prompts_are_cut_or_extended_to_the_context_they_are_priced_at():
+    prompts = [[1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert prompt_at_context(prompts, 1, None) == [4, 5, 6, 7]
+    assert prompt_at_context(prompts, 1, 2) == [6, 7]                       # its end kept
+    assert prompt_at_context(prompts, 1, 7) == [1, 2, 3, 4, 5, 6, 7]        # the prompt before it, then its own
+    assert prompt_at_context(prompts, 0, 8) == [5, 6, 7, 8, 9, 1, 2, 3]     # cyclically: prompts 2, 1 before
+    assert len(prompt_at_context(prompts, 2, 40)) == 40 and prompt_at_context(prompts, 2, 40)[-2:] == [8, 9]
+
+
+def test_advise_prices_batches_at_the_check_prompts_length_unless_told():
+    """Only the held-out prompts' lengths: their median plus half the extra tokens the checks decode."""
+    from types import SimpleNamespace
+
+    from specbound.cli.advise import _batch_context
+
+    args = SimpleNamespace(batch_context=None, check_tokens=96, tokens=48)
+    checks = [[0] * 100, [0] * 140, [0] * 300]
+    assert _batch_context(args, checks) == 140 + 24
+    assert _batch_context(args, []) is None
+    assert _batch_context(SimpleNamespace(batch_context=77, check_tokens=96, tokens=48), checks) == 77
 
 
 def test_a_drafted_round_at_another_length_lies_on_the_line_through_the_two_measured():

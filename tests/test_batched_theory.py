@@ -436,37 +436,6 @@ def test_batch_draft_length_prices_its_start_at_the_acceptance_the_pair_has_show
     assert first_rounds(np.full(3, 0.9))[0] == 2            # depths beyond the memory: its deepest value
 
 
-def test_batch_draft_length_does_not_restart_drafting_its_timed_rounds_showed_losing():
-    """The model and the clock disagree: every drafted token was accepted and the passes' curves (no work
-    outside them) price γ = 4 as a gain, but the timed rounds at this batch size show drafting at 10
-    tokens per 5 s against plain rounds' 2 per 0.1 s. A re-try of drafting is priced at those measured
-    rates, so it stays shut although the outlook (10⁵ tokens to go, a 1-token backlog) would repay any
-    switch the model believed in; at another batch size (nothing timed there) the model prices it again.
-    (Priced by the model, re-tries restarted drafting every 16, 32, 64 rounds, each re-reading the draft
-    rows' backlog: measured at 4 requests on GSM8K 133-140, 0.80× plain.)"""
-    from specbound.decoding.costs import CostMeasurement
-    from specbound.decoding.policy import BatchDraftLength
-
-    def policy_after_timed_rounds(live=2):
-        policy = BatchDraftLength(CostMeasurement(VERIFY, DRAFT), live=lambda: live, outlook=lambda: (100_000, 1))
-        for r in range(1, 5):
-            policy.observe(4, 4, r)
-            policy.observe(4, 4, r)                              # two requests, 10 tokens a round
-        policy.rounds = {4: [(r, 5.0, 2) for r in range(1, 5)], 0: [(r, 0.1, 2) for r in range(5, 9)]}
-        policy._work = [(4, 0.0, 2)] * 4 + [(0, 0.0, 2)] * 4
-        policy._deciding = 20
-        return policy
-
-    policy = policy_after_timed_rounds()
-    assert policy._rate(1, 2) == pytest.approx(40 / 20.0) and policy._rate(0, 2) == pytest.approx(8 / 0.4)
-    assert policy.model_gamma() > 0                              # the model prices drafting as a gain
-    assert not policy.worth_starting(21)
-    model_only = policy_after_timed_rounds()
-    model_only._rate = lambda gamma, live=None: None             # the mutant: the model alone prices the re-try
-    assert model_only.worth_starting(21)
-    assert policy_after_timed_rounds(live=3).worth_starting(21)  # nothing timed at 3 requests
-
-
 def test_batch_draft_length_tests_the_next_depth_before_writing_it_off():
     """Depth 1 accepted 38 times of 40, depth 2 rejected in both of its tries: the shrunk acceptance
     prices γ = 2 below γ = 1, and a chain of 1 never tests depth 2 again. The model drafts γ* + 1 = 2

@@ -47,6 +47,8 @@ from specbound.cli import main
     (["bench", "--batch", "1,2", "--gammas", "auto,0"], "--gammas: each entry"),
     (["bench", "--batch", "1,2", "--prompt-set", "nosuchset"], "nosuchset"),
     (["advise", "--batch", "1,2", "--engine", "llamacpp"], "--batch needs --engine torch"),
+    (["advise", "--batch-context", "64"], "--batch-context needs --batch"),
+    (["advise", "--batch", "1,2", "--batch-context", "1"], "--batch-context must be >= 2"),
     (["bench", "--contention", "--prompt-set", "nosuchset"], "nosuchset"),
     (["advise", "--tokens", "0"], "--tokens must be >= 1"),
     (["advise", "--modes", "greedy,hot"], "--modes"),

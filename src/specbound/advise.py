@@ -82,6 +82,9 @@ class AdviseConfig:
     modes: tuple[str, ...] = ("greedy", "sampled")
     seed: int = 0
     batches: tuple[int, ...] = ()  # batch sizes B to predict (and check) batched decoding for
+    # the prompt length (tokens) the batch sizes are priced at: the calibration prompts are cut or extended
+    # to it for the batched passes (measure_batch_passes); None: as they are
+    batch_context: int | None = None
 
 
 @dataclass
@@ -272,7 +275,8 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
     batch_passes = {}
     if config.batches:                      # what B rows cost here, on the calibration prompts (greedy)
         batch_passes = measure_batch_passes(target, draft, prompt_ids, config.batches, costs, sharing,
-                                            tokens=max(config.tokens, 2), progress=progress)
+                                            tokens=max(config.tokens, 2), context=config.batch_context,
+                                            progress=progress)
     modes = {}
     for mode in config.modes:
         sampling = MODES[mode]

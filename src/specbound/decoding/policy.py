@@ -424,11 +424,10 @@ class BatchDraftLength:
         """Shared rows: may the batch switch from plain rounds (or its start) to drafting? Only where the
         seconds drafting would save over the tokens the requests may still decode exceed ``start_margin``
         times what the switch costs first: the draft rows reading every committed token they have not read
-        (at the batch's start, every prompt), one draft pass over that backlog. The saving is priced
-        (:meth:`_start_rates`) from the timed rounds where this batch size has timed both drafting and
-        plain rounds, else by the model at the batch's own acceptance estimate once it has drafted, else at
-        the acceptance the pair showed in earlier runs (``shown``), else at full acceptance (an upper
-        bound). Measured without the gate (kquant target, HumanEval 126–133, 96 tokens, greedy): γ = auto
+        (at the batch's start, every prompt), one draft pass over that backlog. The saving is priced by the
+        model (:meth:`_start_rates`) at the batch's own acceptance estimate once it has drafted, else at the
+        acceptance the pair showed in earlier runs (``shown``), else at full acceptance (an upper bound).
+        Measured without the gate (kquant target, HumanEval 126–133, 96 tokens, greedy): γ = auto
         at 8 requests opened with a drafted round whose draft prefill of the 8 prompts took seconds, and
         decoded at 0.49× plain; at 2 and 4 requests 0.80× and 0.70×. The answer is reused for ``recheck``
         rounds."""
@@ -446,17 +445,16 @@ class BatchDraftLength:
 
     def _start_rates(self) -> tuple[float, float]:
         """(plain, drafting) tokens per second of the batch as it is now, as :meth:`worth_starting` prices
-        them: the timed rounds' rates where both kinds were timed at this number of live requests
-        (:meth:`_rate`) — a re-try after drafting measured slower than plain rounds then stays plain, where
-        the model's estimate had re-opened it: at 4 requests (int8 target, GSM8K 133-140) drafting
-        restarted in bursts, each re-reading the draft rows' backlog, and lost 20% —; otherwise the model's
-        best chain against plain rounds (:func:`~specbound.theory.speedup.best_batch_gamma`)."""
+        them: the model's best chain against plain rounds (:func:`~specbound.theory.speedup.best_batch_gamma`)
+        at the batch's own acceptance estimate once it has drafted, else at the acceptance the pair showed in
+        earlier runs (``shown``), else at full acceptance. Tried and dropped (eighteenth session): pricing a
+        re-try at the timed rounds' rates wherever both kinds had been timed at this batch size — a 2-round
+        plain trial that happened to run fast then shut drafting for the rest of the batch (int8 target,
+        2 requests, GSM8K 141-148, A/B in one process: a group drafted 19 rounds, then 24 plain ones, 23.7
+        tok/s where the rule without it kept drafting at 26.4; over 8 groups 23.9 vs 24.6, plain 21.4)."""
         from ..theory.speedup import batch_throughput, best_batch_gamma
 
         live = max(int(self.live()), 1)
-        drafting, plain = self._rate(1, live), self._rate(0, live)
-        if drafting is not None and plain is not None:
-            return plain, drafting
         draft, verify = self._scaled_costs()
         if self.observed.any():
             alpha = self.alpha()
@@ -533,7 +531,7 @@ class BatchDraftLength:
         round: one per live request)."""
         return self._tokens.get(round_index, 0.0) if gamma > 0 else float(live)
 
-    def _rate(self, gamma: int, live: int | None = None) -> float | None:
+    def _rate(self, gamma: int) -> float | None:
         """Tokens per second of the recent timed rounds of drafting (any γ > 0: the model sets the length;
         the check asks whether drafting beats plain rounds — rating each γ apart made every new γ* of the
         model a new trial of drafting, even after drafting had lost) or of plain rounds (γ = 0), counting
@@ -543,7 +541,7 @@ class BatchDraftLength:
         (Counting it at once credited a drafted round with the first request's tokens only: at 2 requests
         on code γ = 2 measured 15.5 tok/s against 40 for plain rounds, and drafting was dropped.)"""
         done = sorted((r, s, b, g) for g, entries in self.rounds.items() if (g > 0) == (gamma > 0)
-                      for r, s, b in entries if r <= self._deciding - 2 and live in (None, b))[-self.window:]
+                      for r, s, b in entries if r <= self._deciding - 2)[-self.window:]
         if len(done) < self.trial:
             return None
         return sum(self._round_tokens(g, r, b) for r, _, b, g in done) / max(sum(s for _, s, _, _ in done), 1e-9)

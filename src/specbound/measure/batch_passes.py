@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ..errors import SpecboundError
 from ..decoding.costs import pass_ratios
 
-__all__ = ["BatchPassCosts", "measure_batch_passes"]
+__all__ = ["BatchPassCosts", "measure_batch_passes", "prompt_at_context"]
 
 
 @dataclass(frozen=True)
@@ -71,14 +71,28 @@ def _decode_part(result, gamma: int):
     return target, draft, result.wall_time - result.prefill_time - prompt_reads
 
 
+def prompt_at_context(prompt_ids: list[list[int]], index: int, context: int | None) -> list[int]:
+    """Calibration prompt ``index`` as it is (``context`` None), cut to its last ``context`` tokens, or
+    extended to ``context`` tokens by the tokens of the prompts before it (cyclically, its own end kept
+    last): what a pass costs depends on how many tokens the rows have cached, not on which."""
+    prompt = list(prompt_ids[index])
+    if context is None:
+        return prompt
+    others = [t for j in range(len(prompt_ids), 0, -1) for t in prompt_ids[(index - j) % len(prompt_ids)]]
+    while len(prompt) < context:
+        prompt = others[len(others) - min(context - len(prompt), len(others)):] + prompt
+    return prompt[-context:]
+
+
 def measure_batch_passes(target, draft, prompt_ids: list[list[int]], batches, costs, rows_shared=(True, True),
                          gammas: tuple[int, int] = (2, 6), tokens: int = 32, context: int | None = None,
                          progress=None) -> dict[int, BatchPassCosts]:
     """Per batch size B: plain batched decoding and chains of each of the two lengths ``gammas``
-    (greedy, ``tokens`` new tokens per request) of B calibration prompts (cycled; whole, or cut to their
-    last ``context`` tokens: a pass over B rows costs more as their caches grow — measured at 8 rows,
-    48-token prompts decoded 60–67 tok/s where 121–209-token ones decoded 51–55 — so advise calibrates on
-    prompts and lengths like the ones it predicts for), timed by the batch's own pass records against
+    (greedy, ``tokens`` new tokens per request) of B calibration prompts (cycled; whole, or brought to
+    exactly ``context`` tokens, :func:`prompt_at_context`: a pass over B rows costs more as their caches
+    grow — measured at 8 rows, 48-token prompts decoded 60–67 tok/s where 121–209-token ones decoded
+    51–55; at 4 rows × 1 token, kquant, 60 / 66 / 77 / 93 ms at 32 / 128 / 256 / 512 cached tokens — so
+    advise calibrates at the context it predicts for), timed by the batch's own pass records against
     ``costs`` (a :class:`~specbound.decoding.costs.CostMeasurement` of one row). ``rows_shared``
     (draft, target): whether the target's rows share one pass (:func:`~specbound.decoding.batch.rows_shared`)."""
     from ..decoding.batch import autoregressive_decode_batch, speculative_decode_batch
@@ -95,7 +109,7 @@ def measure_batch_passes(target, draft, prompt_ids: list[list[int]], batches, co
     out = {}
     stage = Stage(progress, "batched passes", len(batches))
     for B in batches:
-        prompts = [list(prompt_ids[i % len(prompt_ids)])[-(context or 0):] for i in range(int(B))]
+        prompts = [prompt_at_context(prompt_ids, i % len(prompt_ids), context) for i in range(int(B))]
         plain = autoregressive_decode_batch(target, prompts, tokens, temperature=0.0)
         p_target, _, p_seconds = _decode_part(plain, 0)
         ratios = pass_ratios(p_target, costs.target, target_shared)
