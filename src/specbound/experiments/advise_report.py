@@ -36,15 +36,20 @@ def _batch_check_lines(batch) -> list[str]:
             f"({within} of {len(errors)} figures within 15%).", ""]
 
 
-def _batch_pass_lines(batch: dict) -> list[str]:
+def _batch_pass_lines(batch: dict, context: int | None = None) -> list[str]:
     """How the batch sizes were priced: the passes and round work measured at each B on the
-    calibration prompts (``measure/batch_passes.py``), or the single-row curves alone."""
+    calibration prompts (``measure/batch_passes.py``; cut or extended to ``context`` tokens), or the
+    single-row curves alone."""
     measured = [(B, b.passes) for B, b in sorted(batch.items()) if b.passes is not None]
     if not measured:
         return ["Priced from the single-row cost curves alone (B rows as one row reading B tokens per request; no "
                 "work outside the passes).", ""]
     g1, g2 = measured[0][1].gammas
-    return ["Priced with what B rows measured on the calibration prompts (plain batched decoding and chains of "
+    where = "the calibration prompts" if context is None else \
+        f"the calibration prompts brought to {context} tokens (the held-out prompts' median length, plus half the " \
+        "extra tokens they decode, unless --batch-context says otherwise: a pass over B rows costs more as " \
+        "their caches grow)"
+    return [f"Priced with what B rows measured on {where} (plain batched decoding and chains of "
             f"γ = {g1} and {g2}, greedy): the target's passes as measured/predicted by its one-row curve, the "
             "draft's seconds per drafted round and the seconds per round outside the passes (a drafted round at "
             "another γ: the line through the two):", "",
@@ -156,7 +161,7 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                              f"{fmt(b.speed_of_light, 1)} ({b.speed_of_light_capacity})"]
                             for B, b in sorted(m.batch.items())]), "",
                   *_batch_check_lines(m.batch),
-                  *_batch_pass_lines(m.batch),
+                  *_batch_pass_lines(m.batch, c.batch_context),
                   "Draft length per batch size for a serving engine (vLLM / SGLang users write this table by hand; "
                   "0 = do not speculate at that size): `" + ", ".join(f"{B}: {b.gamma}" for B, b in
                                                                        sorted(m.batch.items())) + "`", ""]
