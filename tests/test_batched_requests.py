@@ -349,6 +349,19 @@ def test_bench_batch_repeats_pair_each_method_with_plain_of_its_own_repeat(hf_pa
     assert all(x == pytest.approx(1.0) for r in plain for x in r.repeat_ratios)
 
 
+def test_bench_batch_puts_llama_cpp_beside_at_every_batch_size():
+    """The llama.cpp reference rows: one request after another once (its rate does not depend on B), and
+    B sequences per pass at every B > 1; none without the target's GGUF on llama.cpp."""
+    from specbound.experiments.batched import LLAMACPP, LLAMACPP_BATCH, BatchedConfig, _llama_methods
+
+    config = BatchedConfig(batches=(1, 2, 4))
+    assert _llama_methods(object(), 1, config) == [LLAMACPP]
+    assert _llama_methods(object(), 2, config) == [LLAMACPP_BATCH]
+    assert _llama_methods(object(), 4, config) == [LLAMACPP_BATCH]
+    assert _llama_methods(object(), 2, BatchedConfig(batches=(2, 4))) == [LLAMACPP, LLAMACPP_BATCH]
+    assert _llama_methods(None, 2, config) == []
+
+
 def test_tau_against_alone_pairs_each_request_with_itself():
     """Hand-made runs: request 'a' has τ 4 alone and 2 in the batch, 'b' 2 alone and 3 in the batch."""
     from specbound.experiments.batched import BatchedConfig, BatchedResult, tau_against_alone

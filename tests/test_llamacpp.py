@@ -492,6 +492,19 @@ def test_greedy_tree_and_batch_decoding_on_llama_cpp_are_token_identical(target,
         assert out.tokens == ref, drafting
 
 
+def test_plain_batched_decoding_of_a_llama_cpp_target_is_each_request_alone(target):
+    """B sequences of one llama.cpp context, one llama_decode per step (bench --batch's llama.cpp row at
+    B > 1): every request's greedy tokens are those of the request decoded alone, prompts of different
+    lengths together."""
+    from specbound.decoding.batch import autoregressive_decode_batch
+
+    rng = np.random.default_rng(7)
+    prompts = [[1] + rng.integers(3, target.vocab_size, size=n).tolist() for n in (3, 9, 5)]
+    out = autoregressive_decode_batch(target, prompts, 12, temperature=0.0)
+    assert [r.tokens for r in out.results] == [greedy_loop(target, p, 12) for p in prompts]
+    assert out.target_passes < 3 * 12                       # the three rows shared their passes
+
+
 def test_greedy_equals_llama_cpp_own_generate(paths, target):
     from specbound.experiments.llamacpp_peers import llama_generate, open_llama
 

@@ -5,7 +5,10 @@ Total tokens per second and per-request latency of speculative decoding of B req
 (``autoregressive_decode_batch``) and Hugging Face ``generate`` with a left-padded batch of B on the same
 target modules; and, as the reference a CPU user runs today, llama.cpp plain decoding of the target's
 GGUF, one request after another (the binding's own loop; specbound's llama.cpp rows serve as draft
-rows here: ``--draft-engine llamacpp``, a context per request over shared weights). The held-out
+rows here: ``--draft-engine llamacpp``, a context per request over shared weights), and at B > 1 the same
+GGUF decoding the B requests together — B sequences of one llama.cpp context, one ``llama_decode`` per
+step over all of them, as llama.cpp's server does with parallel slots — driven by specbound's batched loop
+(``autoregressive_decode_batch`` on the :class:`~specbound.models.llamacpp.LlamaCppModel`). The held-out
 prompts are decoded in groups of B, every method on every group, in an order rotated per group, in one
 process; every request decodes exactly ``tokens`` new tokens (no stop token), so all methods do the same
 work. Greedy: each request's tokens are compared with plain decoding of the same request alone.
@@ -29,9 +32,11 @@ from ..theory.speedup import batch_throughput
 from .bench import PairSpec
 from .report import fmt, md_table
 
-__all__ = ["BatchedConfig", "BatchedResult", "TauAgainstAlone", "markdown", "run", "run_batched", "tau_against_alone"]
+__all__ = ["LLAMACPP", "LLAMACPP_BATCH", "BatchedConfig", "BatchedResult", "TauAgainstAlone", "markdown", "run", "run_batched",
+           "tau_against_alone"]
 
 LLAMACPP = "llama.cpp plain, one request after another"
+LLAMACPP_BATCH = "llama.cpp plain, B sequences per pass"
 
 
 @dataclass
@@ -154,8 +159,8 @@ def _run_method(method, target, draft, llama, group_ids, tokens):
             prefill += r.metrics.prefill_time
             rows.append({"tokens": r.tokens, "latency": wall, "tau": 1.0, "drafted": 0.0})
         return wall, prefill, len(group_ids) * tokens, rows
-    if method == "plain":
-        res = autoregressive_decode_batch(target, group_ids, tokens, temperature=0)
+    if method in ("plain", LLAMACPP_BATCH):
+        res = autoregressive_decode_batch(target if method == "plain" else llama, group_ids, tokens, temperature=0)
     else:
         g = method.split("=", 1)[1]
         res = speculative_decode_batch(target, draft, group_ids, tokens, gamma=g if g == "auto" else int(g),
@@ -185,6 +190,14 @@ def _repeat_ratios(runs, B: int, method: str, repeats: int) -> list[float]:
     return out
 
 
+def _llama_methods(llama, B: int, config: BatchedConfig) -> list[str]:
+    """The llama.cpp reference rows at batch size B: one request after another at the first B (its rate does
+    not depend on B), B sequences per pass at every B > 1; none without the target's GGUF on llama.cpp."""
+    if llama is None:
+        return []
+    return ([LLAMACPP] if B == config.batches[0] else []) + ([LLAMACPP_BATCH] if B > 1 else [])
+
+
 def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[str], config: BatchedConfig,
                 llama=None, progress=None) -> BatchedResult:
     """Measure every method at every batch size (see the module docstring). ``llama``: the target's GGUF
@@ -193,14 +206,14 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
     costs = measure_costs(target, draft, repeats=5)            # this machine, now
     methods = ["plain"] + [f"sd γ={g}" for g in config.gammas] + (["hf-generate"] if config.hf_generate else [])
     warm = [prompt_ids[0][:16], prompt_ids[-1][:12]]
-    for method in methods:                                      # warm-up: every method once, short
+    for method in methods + ([LLAMACPP_BATCH] if llama is not None else []):   # warm-up: every method, short
         _run_method(method, target, draft, llama, warm, 4)
     runs = []
     repeats = max(int(config.repeats), 1)
     for rep in range(repeats):          # whole sweeps, so a slow spell of the machine hits every B alike
         for B in config.batches:
             groups = [list(range(i, min(i + B, len(prompt_ids)))) for i in range(0, len(prompt_ids), B)]
-            every = methods + ([LLAMACPP] if llama is not None and B == config.batches[0] else [])
+            every = methods + _llama_methods(llama, B, config)
             for gi, group in enumerate(groups):
                 turn = (gi + rep) % len(every)
                 for method in every[turn:] + every[:turn]:
@@ -225,7 +238,7 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
     rows = []
     draft_shared, target_shared = rows_shared(target, draft)
     for B in config.batches:
-        for method in methods + ([LLAMACPP] if llama is not None and B == config.batches[0] else []):
+        for method in methods + _llama_methods(llama, B, config):
             sel = [r for r in runs if r["B"] == B and r["method"] == method]
             reqs = [q for r in sel for q in r["requests"]]
             rates = [r["new_tokens"] / r["wall"] for r in sel]
