@@ -73,6 +73,9 @@ def test_a_batch_prices_its_start_at_the_remembered_acceptance_and_adds_its_own(
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(batch_module, "BatchDraftLength", Spy)
+    # priced as rows sharing passes: the policy whose start gate reads the memory (rows read in turn size
+    # each request's chain alone, with no start gate)
+    monkeypatch.setattr(type(target), "rows_share_passes", True)
     out = speculative_decode_batch(target, draft, [[0, 1], [2, 3, 4]], 30, gamma="auto", temperature=0.0)
     assert seen["shown"] == pytest.approx(remembered.per_depth(8))
     after = _entry(target, draft)

@@ -148,16 +148,17 @@ def _advise(args, config, calibration, check, out) -> int:
                                                 target_precision=args.target_precision, draft_engine=args.draft_engine,
                                                 draft_quant=args.draft_quant, compiled=args.compile)
     ids = encode_prompts(target, calibration)
+    check_ids = encode_prompts(target, check)
     if config.batches:
-        config = replace(config, batch_context=_batch_context(args, encode_prompts(target, check)))
+        config = replace(config, batch_context=_batch_context(args, check_ids))
     with progress_bar(not args.no_progress) as bar:
         advice = advise(target, draft, ids, config, progress=bar)
     if check:
         advice.measured_prompts = [p.id for p in check]
-        measure_settings(target, draft, advice, encode_prompts(target, check), args.check_tokens,
+        measure_settings(target, draft, advice, check_ids, args.check_tokens,
                          runs=args.check_runs)
         if config.batches:
-            measure_batches(target, draft, advice, encode_prompts(target, check), args.check_tokens,
+            measure_batches(target, draft, advice, check_ids, args.check_tokens,
                             runs=args.check_runs)
     rec = recommendation(advice, paths["target"], paths["draft"], mode=config.modes[0])
     exports = export_all(rec)

@@ -29,13 +29,21 @@ import numpy as np
 
 from ..errors import SpecboundError
 
-__all__ = ["ShownAcceptance", "acceptance_file", "acceptance_key", "read_acceptance", "remember_acceptance"]
+__all__ = ["ShownAcceptance", "acceptance_file", "acceptance_key", "read_acceptance", "remember_acceptance",
+           "shrunk_acceptance"]
 
 ACCEPTANCE_VERSION = 1
 #: weight of the stored counts when a run adds its own (per run, so ~the last few runs dominate)
 FORGET = 0.5
 #: depths kept (chains are at most this long; deeper counts are dropped)
 MAX_DEPTH = 64
+
+
+def shrunk_acceptance(accepted, reached, pooled: float, shrinkage: float) -> np.ndarray:
+    """Acceptance per depth, (accepted_i + s·ā) / (reached_i + s): each depth's own rate shrunk toward ā,
+    the acceptance over all depths, with weight s observations; a depth never reached gets ā."""
+    return (np.asarray(accepted, dtype=np.float64) + shrinkage * pooled) / (np.asarray(reached, dtype=np.float64)
+                                                                            + shrinkage)
 
 
 @dataclass(frozen=True)
@@ -47,15 +55,14 @@ class ShownAcceptance:
     reached: tuple[float, ...]
 
     def per_depth(self, depths: int, shrinkage: float = 2.0) -> np.ndarray:
-        """α_i for i = 1..``depths``: (accepted_i + s·ā) / (reached_i + s), shrunk toward ā, the
-        acceptance over all depths (the estimator :meth:`~specbound.decoding.policy.BatchDraftLength.alpha`
-        uses for a run's own counts); a depth never reached gets ā."""
+        """α_i for i = 1..``depths``: :func:`shrunk_acceptance` with ā under Beta(1, 1) over all depths (the
+        estimator :meth:`~specbound.decoding.policy.BatchDraftLength.alpha` uses for a run's own counts)."""
         acc = np.zeros(depths)
         reach = np.zeros(depths)
         n = min(depths, len(self.reached))
         acc[:n], reach[:n] = self.accepted[:n], self.reached[:n]
         pooled = (sum(self.accepted) + 1.0) / (sum(self.reached) + 2.0)        # Beta(1, 1)
-        return (acc + shrinkage * pooled) / (reach + shrinkage)
+        return shrunk_acceptance(acc, reach, pooled, shrinkage)
 
 
 def acceptance_file() -> Path:

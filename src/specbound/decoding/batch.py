@@ -287,9 +287,9 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     joint = gamma == "auto" and tree is None and (drafts or 1) == 1 and n > 1
     measurement = load_or_measure_costs(target, draft) if "auto" in (gamma, tree) else None
     memory = acceptance_key(target, draft, sampling, spec.verification) if spec.drafts_a_chain else None
-    shown = read_acceptance(memory) if joint else None
     sharing = rows_shared(target, draft)
     per_request = joint and not sharing[0]   # draft rows read in turn: each request sizes its own chain
+    shown = read_acceptance(memory) if joint and not per_request else None   # what the start gate prices
     shared = batch_cost_prior(measurement, n, sharing) if measurement is not None and (per_request or not joint) \
         else None
     lengths = {}

@@ -261,7 +261,9 @@ class BatchDraftLength:
         drafted short ones (which never test deep depths) and never learned otherwise — measured at 2
         requests on code (HumanEval 58–59, α₁ = 0.83 after 20 rounds, α₂ = 0.5 from one early round):
         γ* = 1, then plain rounds, 0.83× plain, where γ = 4 measured 1.13×."""
-        return (self.hits + self.shrinkage * self._pooled()) / (self.tries + self.shrinkage)
+        from .acceptance import shrunk_acceptance
+
+        return shrunk_acceptance(self.hits, self.tries, self._pooled(), self.shrinkage)
 
     #: weight (in observations) of the draft's mean confidence as the prior of the pooled acceptance
     confidence_weight = 8.0
@@ -436,16 +438,16 @@ class BatchDraftLength:
         if self._payback is not None and round_index - self._payback[0] < self.recheck:
             return self._payback[1]
         remaining, backlog = self.outlook()
-        draft, _ = self._scaled_costs()
-        plain, fast = self._start_rates()
+        draft, verify = self._scaled_costs()
+        plain, fast = self._start_rates(draft, verify)
         saved = remaining / plain - remaining / fast if fast > plain else 0.0
         answer = saved > self.start_margin * float(draft(max(backlog, 1)))
         self._payback = (round_index, answer)
         return answer
 
-    def _start_rates(self) -> tuple[float, float]:
-        """(plain, drafting) tokens per second of the batch as it is now, as :meth:`worth_starting` prices
-        them: the model's best chain against plain rounds (:func:`~specbound.theory.speedup.best_batch_gamma`)
+    def _start_rates(self, draft, verify) -> tuple[float, float]:
+        """(plain, drafting) tokens per second of the batch as it is now, priced with the (scaled) cost
+        curves ``draft`` and ``verify`` as :meth:`worth_starting` prices them: the model's best chain against plain rounds (:func:`~specbound.theory.speedup.best_batch_gamma`)
         at the batch's own acceptance estimate once it has drafted, else at the acceptance the pair showed in
         earlier runs (``shown``), else at full acceptance. Tried and dropped (eighteenth session): pricing a
         re-try at the timed rounds' rates wherever both kinds had been timed at this batch size — a 2-round
@@ -455,7 +457,6 @@ class BatchDraftLength:
         from ..theory.speedup import batch_throughput, best_batch_gamma
 
         live = max(int(self.live()), 1)
-        draft, verify = self._scaled_costs()
         if self.observed.any():
             alpha = self.alpha()
         elif self.shown is not None and len(self.shown):
