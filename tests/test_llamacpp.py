@@ -188,7 +188,8 @@ def test_info_tokenizer_and_argument_checks(paths, target):
     vocab = tok.get_vocab()
     assert vocab["<0x41>"] == 3 + 0x41 and len(vocab) == target.vocab_size
 
-    for bad in (dict(n_batch=0), dict(max_sequences=0), dict(max_sequences=10_000), dict(n_threads=-1)):
+    for bad in (dict(n_batch=0), dict(max_sequences=0), dict(max_sequences=10_000), dict(n_threads=-1),
+                dict(load="disk")):
         with pytest.raises(SpecboundError):
             make(paths["target"], n_ctx=64, identity=None, **bad)
     with pytest.raises(SpecboundError, match="token ids outside"):
@@ -445,6 +446,36 @@ def test_too_many_sequences_is_a_clear_error_and_leaves_the_cache_intact(paths, 
     model.keep_path(3, [5])
     torch.testing.assert_close(model.forward(torch.tensor([[11]]))[0, -1], fresh([1, 2, 3, 6, 11])[-1],
                                atol=ATOL, rtol=1e-4)
+
+
+def test_sequences_grow_on_demand_with_the_cache_intact(paths, reference, monkeypatch):
+    """A context opens with few sequences (small logits buffers) and doubles them when a tree needs
+    more; the copied state must read on exactly as a cache that had them all from the start."""
+    import specbound.models.llamacpp as backend
+
+    fresh = fresh_reader(reference)
+    monkeypatch.setattr(backend, "INITIAL_SEQUENCES", 2)
+    model = make(paths["target"], n_ctx=128, max_sequences=16, identity=None)
+    assert model._sequences == 2
+    model.forward(torch.tensor([[1, 2, 3]]))
+    model.forward_tree(torch.tensor([[4, 5]]), [2, 2])                       # 2 leaves: all opened
+    logits = model.forward_tree(torch.tensor([[6, 7, 8, 9, 10]]), [2, 2, 2, 3, 4])   # 3 more leaves
+    assert model._sequences == 8                                             # 2 -> 4 -> 8
+    for i, path in enumerate([[6], [7], [8], [4, 9], [5, 10]]):
+        torch.testing.assert_close(logits[0, i], fresh([1, 2, 3] + path)[-1], atol=ATOL, rtol=1e-4)
+    with pytest.raises(SpecboundError, match="max_sequences=16"):
+        model.forward_tree(torch.tensor([list(range(11, 23))]), [2] * 12)    # 5 + 12 leaves > 16
+    assert model._sequences == 16 and model.cache_length == 10               # the failed read left nothing
+    model.keep_path(3, [3, 8])                                               # slots of tokens 4, 9
+    torch.testing.assert_close(model.forward(torch.tensor([[11]]))[0, -1], fresh([1, 2, 3, 4, 9, 11])[-1],
+                               atol=ATOL, rtol=1e-4)
+    # the file read instead of mapped: the same weights, the same logits
+    read = make(paths["target"], n_ctx=128, identity=None, load="read")
+    torch.testing.assert_close(read.forward(torch.tensor([[1, 2, 3, 4, 9]]))[0, -1], fresh([1, 2, 3, 4, 9])[-1],
+                               atol=ATOL, rtol=1e-4)
+    # a batch's rows share one context: they get their share of sequences at once and never grow
+    rows = make(paths["target"], n_ctx=128, max_sequences=8, identity=None).fork_rows(2)
+    assert [r._sequences for r in rows] == [8, 8] and not rows[0]._can_grow()
 
 
 # --------------------------------------------------------------------------- decoding

@@ -348,10 +348,10 @@ def load_models(methods, pair: PairSpec) -> dict:
         models["target_compiled"] = compiled_twin(target)
     if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft", "specbound-chain-lcdraft-compiled",
                   "specbound-shape-lcdraft"}:
-        models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False, quant=pair.draft_quant)
+        models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False, quant=pair.draft_quant, role="draft")
         check_same_tokenizer(target, models["draft_llamacpp"])
     if "specbound-chain-lcdraft-file" in methods:
-        models["draft_llamacpp_file"] = load_gguf_model(draft_name, progress=False)
+        models["draft_llamacpp_file"] = load_gguf_model(draft_name, progress=False, role="draft")
         check_same_tokenizer(target, models["draft_llamacpp_file"])
     if "llamacpp-plain-raw" in methods:
         models["llamacpp_raw"] = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)

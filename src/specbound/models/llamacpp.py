@@ -56,6 +56,21 @@ from .llamacpp_tokenizer import LlamaCppTokenizer
 
 __all__ = ["LlamaCppModel", "LlamaCppTokenizer", "available_threads", "gguf_sha256", "load_llama_cpp"]
 
+INITIAL_SEQUENCES = 16     # llama.cpp sequences a context opens with (a chain needs one; trees grow it)
+
+
+# How a DRAFT's context is opened (``load_gguf_model(role="draft")``): a draft only proposes, so its
+# K/V precision and kernels never change the output law, only how often it is right. f16 K/V halves
+# its cache; 64-token batches size llama.cpp's output and compute buffers for 64 rows of logits instead
+# of 256 (~0.2 GB less for a 152k vocabulary; prompts are read 64 tokens per decode); reading the file
+# instead of mapping it keeps the repacked tensors' file pages out of memory. Measured on the 0.5B
+# q4_0 draft: 834 -> ~490 MB resident after load, draft forwards as fast (docs/results/RESULTS.md).
+DRAFT_CONTEXT = {"n_batch": 64, "kv_cache_type": "f16", "load": "read"}
+
+
+class _OutOfSequences(Exception):
+    """A read needs a sequence id and every one opened so far is in use."""
+
 INSTALL_HINT = "pip install 'specbound[llamacpp]'"
 
 _LOG_TAIL: collections.deque = collections.deque(maxlen=40)   # recent llama.cpp warnings/errors
@@ -146,7 +161,11 @@ class LlamaCppModel(SlotCacheModel):
         n_threads: threads for decoding; default: the cores available to this process.
         n_batch: most tokens per ``llama_decode`` (longer reads are split; each token returns logits).
         max_sequences: most tree sequences (≈ leaves of the cached tree + 1); default and maximum: llama.cpp's
-            limit (``llama_max_parallel_sequences``, 256 in 0.3.36).
+            limit (``llama_max_parallel_sequences``, 256 in 0.3.36). The context opens with
+            ``INITIAL_SEQUENCES`` of them (llama.cpp sizes its output and compute buffers for
+            max(n_batch, sequences) rows of logits: 256 sequences hold ~0.3 GB for a 152k vocabulary)
+            and doubles them when a tree needs more (:meth:`_grow_sequences`: the state is copied, the
+            logits do not change); a batch's rows (:meth:`fork_rows`) get their share at once.
         flash_attn: True / False (default) / None (= llama.cpp's choice, "auto": on for CPU).
         kv_cache_type: "f32" (default) / "f16" / None (= llama.cpp's default, f16).
             The defaults make numerics batch-independent: logits of a token read alone or inside a
@@ -157,12 +176,15 @@ class LlamaCppModel(SlotCacheModel):
             llama.cpp does); False keeps the file's layout (other kernels, other rounding).
         identity: "sha256" (hash the file, default), None, or a string to use as is.
         name: for reports; default: the file name.
+        load: "mmap" (default, as llama.cpp: the file is mapped) or "read" (the file is read into
+            llama.cpp's buffers: with repacked weights the mapped pages of the repacked tensors would
+            otherwise stay resident beside their repacked copy — ~0.26 GB for the 0.5B q4_0 draft).
     """
 
     def __init__(self, path, n_ctx: int | None = None, n_threads: int | None = None, n_batch: int = 256,
                  max_sequences: int | None = None, flash_attn: bool | None = False, kv_cache_type: str | None = "f32",
                  repack: bool = True, identity: str | None = "sha256", name: str | None = None,
-                 seed_tokenizer: bool = True):
+                 seed_tokenizer: bool = True, load: str = "mmap"):
         lib = load_llama_cpp()
         self._lib = lib
         path = _check_gguf_path(path)
@@ -178,6 +200,8 @@ class LlamaCppModel(SlotCacheModel):
             raise SpecboundError(f"max_sequences must be <= {limit} (llama.cpp's limit), got {self.max_sequences}")
         if n_ctx is not None:
             n_ctx = positive_int(n_ctx, "n_ctx")
+        if load not in ("mmap", "read"):
+            raise SpecboundError(f"load must be 'mmap' or 'read', got {load!r}")
         self._model = self._ctx = None
         self._batch = None
 
@@ -186,6 +210,8 @@ class LlamaCppModel(SlotCacheModel):
         mark = len(_LOG_TAIL)
         mparams = lib.llama_model_default_params()
         mparams.use_extra_bufts = bool(repack)       # CPU_REPACK: interleaved weights for faster matmuls
+        if load == "read":
+            mparams.load_mode = lib.LLAMA_LOAD_MODE_NONE
         self._model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise SpecboundError(f"llama.cpp could not load {str(path)!r}{_recent_errors(mark)}")
@@ -202,9 +228,10 @@ class LlamaCppModel(SlotCacheModel):
         cparams.n_ctx = self.n_ctx
         cparams.n_batch = self.n_batch
         cparams.n_ubatch = self.n_batch
-        cparams.n_seq_max = self.max_sequences
+        self._sequences = min(self.max_sequences, INITIAL_SEQUENCES)     # opened so far (grows on demand)
+        cparams.n_seq_max = self._sequences
         # every token of a batch returns logits; llama.cpp also reserves one output per sequence
-        cparams.n_outputs_max = max(self.n_batch, self.max_sequences)
+        cparams.n_outputs_max = max(self.n_batch, self._sequences)
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         cparams.kv_unified = True          # one cell pool shared by all sequences: seq_cp is metadata only
@@ -228,9 +255,10 @@ class LlamaCppModel(SlotCacheModel):
 
         ftype = lib.llama_ftype_name(lib.llama_model_ftype(self._model))
         ftype = ftype.decode() if ftype else str(int(lib.llama_model_ftype(self._model)))
+        kv = {None: ", K/V llama.cpp default", "f16": ", K/V f16"}.get(kv_cache_type, "")
         if identity == "sha256":
             identity = gguf_sha256(path)
-        self.info = ModelInfo(backend="llamacpp", kernels=f"gguf:{ftype}", identity=identity,
+        self.info = ModelInfo(backend="llamacpp", kernels=f"gguf:{ftype}{kv}", identity=identity,
                               load_seconds=time.perf_counter() - start, max_positions=self.n_ctx)
         self.tokenizer = LlamaCppTokenizer(self) if seed_tokenizer else None
         self.decode_calls = 0
@@ -251,7 +279,7 @@ class LlamaCppModel(SlotCacheModel):
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(self.n_batch, 0, int(self._cparams.n_seq_max))
         self._ctx_users = [1]              # objects (this model, rows) that read through this context
-        self._seq_base = 0                 # this cache's sequence ids: _seq_base .. _seq_base + max_sequences - 1
+        self._seq_base = 0                 # this cache's sequence ids: _seq_base .. _seq_base + _sequences - 1
 
     def close(self) -> None:
         """Free the llama.cpp context and batch, and the weights once no row uses them (also done when
@@ -330,7 +358,7 @@ class LlamaCppModel(SlotCacheModel):
                 row._users[0] += 1
                 row._ctx_users[0] += 1
             row._seq_base = r * per_row
-            row.max_sequences = per_row
+            row.max_sequences = row._sequences = per_row
             row.decode_calls = 0
             row.scheduler = None
             row.batch_priority = 1
@@ -354,7 +382,7 @@ class LlamaCppModel(SlotCacheModel):
 
     def _own_sequences(self) -> range:
         """The llama.cpp sequence ids of this cache (all of the context's unless it is a batch's row)."""
-        return range(self._seq_base, self._seq_base + self.max_sequences)
+        return range(self._seq_base, self._seq_base + self._sequences)
 
     def _primary(self, slot: int) -> int:
         """A sequence through ``slot`` (cached): its cells at positions <= pos(slot) are slot's path."""
@@ -392,11 +420,7 @@ class LlamaCppModel(SlotCacheModel):
             s = tip_owner.pop(p, None)
             if s is None:
                 if not free:
-                    raise SpecboundError(
-                        f"{self.name}: the tree needs more than max_sequences={self.max_sequences} llama.cpp "
-                        f"sequences (about one per leaf); create the model with a larger max_sequences "
-                        f"(a batch's rows split llama.cpp's {int(self._lib.llama_max_parallel_sequences())})"
-                    )
+                    raise _OutOfSequences
                 s = free.pop(0)
                 a = p
                 while a >= base:                                  # nodes of this call on the parent's path
@@ -429,12 +453,47 @@ class LlamaCppModel(SlotCacheModel):
                 f"create the model with a larger n_ctx (the model was trained for "
                 f"{int(self._lib.llama_model_n_ctx_train(self._model))})"
             )
-        node_seqs, copies, positions, tips = self._plan(read.parents)
+        while True:
+            try:
+                node_seqs, copies, positions, tips = self._plan(read.parents)
+                break
+            except _OutOfSequences:
+                if not self._can_grow():
+                    raise SpecboundError(
+                        f"{self.name}: the tree needs more than max_sequences={self.max_sequences} llama.cpp "
+                        f"sequences (about one per leaf); create the model with a larger max_sequences "
+                        f"(a batch's rows split llama.cpp's {int(self._lib.llama_max_parallel_sequences())})"
+                    ) from None
+                self._grow_sequences()
         plan = _Plan(read, toks, node_seqs, copies, positions, tips,
                      first_out=max(0, n - read.keep_logits) if read.keep_logits else 0)   # only the last rows' logits
         for src, dst, end in copies:
             self._lib.llama_memory_seq_cp(self._mem, src, dst, 0, end)
         return plan
+
+    def _can_grow(self) -> bool:
+        """More sequences can be opened: this cache owns its context and has not reached max_sequences."""
+        return self._ctx_users[0] == 1 and self._seq_base == 0 and self._sequences < self.max_sequences
+
+    def _grow_sequences(self) -> None:
+        """Reopen this cache's context with twice the sequences (at most ``max_sequences``), its state
+        (KV cells with their sequence ids, last outputs) copied across: later logits are unchanged."""
+        lib = self._lib
+        size = int(lib.llama_state_get_size(self._ctx))
+        state = (ctypes.c_uint8 * size)()
+        written = int(lib.llama_state_get_data(self._ctx, state, size))
+        cparams = type(self._cparams).from_buffer_copy(self._cparams)
+        cparams.n_seq_max = min(self.max_sequences, 2 * self._sequences)
+        cparams.n_outputs_max = max(self.n_batch, int(cparams.n_seq_max))
+        lib.llama_batch_free(self._batch)
+        lib.llama_free(self._ctx)                 # before the new one: the two never coexist in memory
+        self._ctx = self._batch = None
+        self._cparams = cparams
+        self._open_context()
+        if int(lib.llama_state_set_data(self._ctx, state, written)) != written:
+            self.close()
+            raise SpecboundError(f"{self.name}: llama.cpp could not restore its cache after opening more sequences")
+        self._sequences = int(cparams.n_seq_max)
 
     def _decode(self, plans: list["_Plan"]) -> list[np.ndarray]:
         """Every planned read of this context in one ``llama_decode`` (split at ``n_batch`` tokens);

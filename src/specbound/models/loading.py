@@ -186,19 +186,24 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     return wrapped
 
 
-def load_gguf_model(name_or_path, progress: bool = True, quant: str = "file"):
+def load_gguf_model(name_or_path, progress: bool = True, quant: str = "file", role: str = "target"):
     """A packaged model's GGUF file (assembled and verified once) or a ``.gguf`` path, on llama.cpp.
-    ``quant`` other than "file" loads the file re-quantised (drafts only: :mod:`specbound.models.requant`)."""
+    ``quant`` other than "file" loads the file re-quantised (drafts only: :mod:`specbound.models.requant`).
+    ``role="draft"`` opens it with :data:`~specbound.models.llamacpp.DRAFT_CONTEXT` (less memory; a
+    draft's numerics never change the output law); a target keeps the batch-invariant defaults."""
     from ..assets.gguf import gguf_path
-    from .llamacpp import LlamaCppModel
+    from .llamacpp import DRAFT_CONTEXT, LlamaCppModel
 
     check_draft_quant(quant)
+    if role not in ("target", "draft"):
+        raise SpecboundError(f"role must be 'target' or 'draft', got {role!r}")
     path = gguf_path(str(name_or_path), progress=progress) if is_packaged_name(name_or_path) else name_or_path
     if quant != "file":
         from .requant import requantized_gguf
 
         path = requantized_gguf(path, quant, progress=progress)
-    return LlamaCppModel(path, name=str(name_or_path) if quant == "file" else f"{name_or_path}@{quant}")
+    settings = DRAFT_CONTEXT if role == "draft" else {}
+    return LlamaCppModel(path, name=str(name_or_path) if quant == "file" else f"{name_or_path}@{quant}", **settings)
 
 
 def check_same_tokenizer(target_model, draft_model) -> None:
@@ -240,7 +245,7 @@ def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = Tr
     target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack, precision=target_precision,
                               compiled=compiled)
     if draft_engine == "llamacpp":
-        draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress, quant=draft_quant)
+        draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress, quant=draft_quant, role="draft")
     else:
         draft_model = load_model(draft or DEFAULT_DRAFT, progress, prepack=prepack, int8=draft_int8, invariant=False)
     check_same_tokenizer(target_model, draft_model)
@@ -292,7 +297,7 @@ def load_gguf_pair(target, draft, progress: bool = True, draft_quant: str = "fil
     ``draft_quant``), checked to share one vocabulary. Returns (target, draft, paths) — the paths a
     llama.cpp server would load."""
     target_model = load_gguf_model(target, progress)
-    draft_model = load_gguf_model(draft, progress, quant=draft_quant)
+    draft_model = load_gguf_model(draft, progress, quant=draft_quant, role="draft")
     if target_model.vocab_size != draft_model.vocab_size:
         raise SpecboundError(
             f"vocabulary mismatch: target {target} has {target_model.vocab_size} tokens, draft {draft} has "
