@@ -325,6 +325,28 @@ def test_bench_batch_study_on_tiny_models(hf_pair):
     assert "τ batch / τ alone" in text
 
 
+def test_bench_batch_runs_hf_assisted_one_request_after_another(hf_pair):
+    """Issue 19's "HF assisted at batch 1 run B times": both assistant schedules, at the first B only (its
+    rate does not depend on B), each request's greedy tokens those of plain decoding alone; the
+    assistant's schedule is left as it was."""
+    import types
+
+    from specbound.experiments.batched import HF_ASSISTED, BatchedConfig, _hf_generate, markdown, run_batched
+
+    target, draft = (StaticCacheHFModel(m) for m in hf_pair)
+    target.tokenizer = types.SimpleNamespace(pad_token_id=0, eos_token_id=0)     # tiny models have none
+    config = BatchedConfig("tiny", 0, 3, 5, (1, 2), (2,), hf_generate=False)
+    before = draft.model.generation_config.num_assistant_tokens_schedule
+    result = run_batched(target, draft, [[1, 2, 3, 4], [5, 6, 7], [8, 9]], ["a", "b", "c"], config, assistant=draft)
+    assisted = [r for r in result.rows if r.method in HF_ASSISTED.values()]
+    assert sorted(r.method for r in assisted) == sorted(HF_ASSISTED.values()) and {r.batch for r in assisted} == {1}
+    assert all(r.requests == 3 and r.identical == 3 and r.tokens_per_second > 0 for r in assisted)
+    assert draft.model.generation_config.num_assistant_tokens_schedule == before
+    assert "HF assisted: Hugging Face assisted generation with the draft" in markdown(result)
+    with pytest.raises(ValueError, match="one request at a time"):
+        _hf_generate(target, [[1, 2], [3, 4]], 3, assistant=draft)
+
+
 def test_bench_batch_repeats_pair_each_method_with_plain_of_its_own_repeat(hf_pair):
     """Hand-made runs: in repeat 0 the machine is slow (plain 10 tok/s decoding, γ = 2 at 15), in repeat 1
     fast (plain 20, γ = 2 at 40): the per-repeat ratios are 1.5 and 2.0, not ratios across repeats."""

@@ -49,7 +49,8 @@ def add_arguments(p) -> None:
                    help="instead: batched requests at these batch sizes (e.g. 1,2,4,8): total tok/s and latency of "
                         "speculative decoding vs plain batched decoding on the same target, HF generate with a "
                         "padded batch, llama.cpp plain on the target's GGUF one request at a time and with B "
-                        "sequences per pass; greedy, --max-new-tokens each")
+                        "sequences per pass, HF assisted generation (int8 torch draft) one request at a time; greedy, "
+                        "--max-new-tokens each")
     p.add_argument("--gammas", default="auto,4",
                    help="with --batch: the draft lengths to run (comma list of integers and 'auto')")
     p.add_argument("--draft-engine", default=DEFAULT_DRAFT_ENGINE, choices=list(DRAFT_ENGINES),

@@ -8,7 +8,9 @@ GGUF, one request after another (the binding's own loop; specbound's llama.cpp r
 rows here: ``--draft-engine llamacpp``, a context per request over shared weights), and at B > 1 the same
 GGUF decoding the B requests together — B sequences of one llama.cpp context, one ``llama_decode`` per
 step over all of them, as llama.cpp's server does with parallel slots — driven by specbound's batched loop
-(``autoregressive_decode_batch`` on the :class:`~specbound.models.llamacpp.LlamaCppModel`). The held-out
+(``autoregressive_decode_batch`` on the :class:`~specbound.models.llamacpp.LlamaCppModel`); and Hugging
+Face assisted generation with the int8 torch draft (both assistant schedules), which refuses a batch, so it
+decodes the B requests one after another (at the first B only). The held-out
 prompts are decoded in groups of B, every method on every group, in an order rotated per group, in one
 process; every request decodes exactly ``tokens`` new tokens (no stop token), so all methods do the same
 work. Greedy: each request's tokens are compared with plain decoding of the same request alone.
@@ -32,11 +34,14 @@ from ..theory.speedup import batch_throughput
 from .bench import PairSpec
 from .report import fmt, md_table
 
-__all__ = ["LLAMACPP", "LLAMACPP_BATCH", "BatchedConfig", "BatchedResult", "TauAgainstAlone", "markdown", "run", "run_batched",
+__all__ = ["HF_ASSISTED", "LLAMACPP", "LLAMACPP_BATCH", "BatchedConfig", "BatchedResult", "TauAgainstAlone", "markdown", "run", "run_batched",
            "tau_against_alone"]
 
 LLAMACPP = "llama.cpp plain, one request after another"
 LLAMACPP_BATCH = "llama.cpp plain, B sequences per pass"
+#: Hugging Face assisted generation refuses a batch: B requests one after another, per assistant schedule
+HF_ASSISTED = {"constant": "HF assisted (constant schedule), one request after another",
+               "heuristic": "HF assisted (heuristic schedule), one request after another"}
 
 
 @dataclass
@@ -48,6 +53,7 @@ class BatchedConfig:
     batches: tuple[int, ...] = (1, 2, 4, 8)
     gammas: tuple = ("auto", 4)
     hf_generate: bool = True
+    hf_assisted: bool = True             # HF assisted generation (the int8 torch draft), B = 1 run B times
     repeats: int = 1                     # every batch size's groups run this many times (order rotated each time)
 
 
@@ -82,6 +88,7 @@ class BatchedResult:
     rows: list[BatchedRow]
     runs: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    assistant: str | None = None         # the HF assisted rows' draft
 
 
 @dataclass
@@ -122,11 +129,20 @@ def tau_against_alone(result: BatchedResult) -> list[TauAgainstAlone]:
     return out
 
 
-def _hf_generate(target, group_ids, tokens):
+def _hf_generate(target, group_ids, tokens, assistant=None, schedule: str = "constant"):
     """Hugging Face ``generate`` on a left-padded batch: (seconds, the seconds until its first new tokens
-    came out — the prefill's share —, per-request new tokens)."""
+    came out — the prefill's share —, per-request new tokens). With ``assistant`` (an HF model on the
+    target's tokenizer): assisted generation under its ``schedule`` ("constant": HF's default, or
+    "heuristic"), one request only (HF refuses a batch)."""
     from .bench import _FirstTokenClock
 
+    extra = {}
+    if assistant is not None:
+        if len(group_ids) != 1:
+            raise ValueError("Hugging Face assisted generation decodes one request at a time")
+        config = assistant.model.generation_config
+        before, config.num_assistant_tokens_schedule = config.num_assistant_tokens_schedule, schedule
+        extra["assistant_model"] = assistant.model
     tok = target.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     width = max(len(ids) for ids in group_ids)
@@ -134,14 +150,19 @@ def _hf_generate(target, group_ids, tokens):
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in group_ids])
     first = _FirstTokenClock()
     t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = target.model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=tokens,
-                                    min_new_tokens=tokens, do_sample=False, pad_token_id=pad, streamer=first)
+    try:
+        with torch.inference_mode():
+            out = target.model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=tokens,
+                                        min_new_tokens=tokens, do_sample=False, pad_token_id=pad, streamer=first,
+                                        **extra)
+    finally:
+        if assistant is not None:
+            config.num_assistant_tokens_schedule = before
     seconds = time.perf_counter() - t0
     return seconds, (first.at or t0 + seconds) - t0, [row[width:].tolist() for row in out]
 
 
-def _run_method(method, target, draft, llama, group_ids, tokens):
+def _run_method(method, target, draft, llama, group_ids, tokens, assistant=None):
     """(wall seconds, the prefill's share of them, target passes, per-request dicts) of one method on one
     group. The prefill's share: a batch's requests read their prompts together, so it ends when the last
     of them has (``BatchDecodeResult.prefill_time``); one request after another (llama.cpp) sums them;
@@ -151,6 +172,15 @@ def _run_method(method, target, draft, llama, group_ids, tokens):
     if method == "hf-generate":
         seconds, prefill, outs = _hf_generate(target, group_ids, tokens)
         return seconds, prefill, tokens, [{"tokens": o, "latency": seconds, "tau": 1.0, "drafted": 0.0} for o in outs]
+    if method in HF_ASSISTED.values():
+        schedule = next(k for k, v in HF_ASSISTED.items() if v == method)
+        rows, wall, prefill = [], 0.0, 0.0
+        for ids in group_ids:
+            seconds, first, outs = _hf_generate(target, [ids], tokens, assistant, schedule)
+            wall += seconds
+            prefill += first
+            rows.append({"tokens": outs[0], "latency": wall, "tau": float("nan"), "drafted": float("nan")})
+        return wall, prefill, len(group_ids) * tokens, rows
     if method == LLAMACPP:
         rows, wall, prefill = [], 0.0, 0.0
         for ids in group_ids:
@@ -198,27 +228,37 @@ def _llama_methods(llama, B: int, config: BatchedConfig) -> list[str]:
     return ([LLAMACPP] if B == config.batches[0] else []) + ([LLAMACPP_BATCH] if B > 1 else [])
 
 
+def _assisted_methods(assistant, B: int, config: BatchedConfig) -> list[str]:
+    """HF assisted generation's rows: at the first batch size only (one request after another: its rate
+    does not depend on B); none without an assistant."""
+    return list(HF_ASSISTED.values()) if assistant is not None and B == config.batches[0] else []
+
+
 def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[str], config: BatchedConfig,
-                llama=None, progress=None) -> BatchedResult:
+                llama=None, progress=None, assistant=None) -> BatchedResult:
     """Measure every method at every batch size (see the module docstring). ``llama``: the target's GGUF
-    on llama.cpp (a :class:`~specbound.models.llamacpp.LlamaCppModel`) for the reference row, or None."""
+    on llama.cpp (a :class:`~specbound.models.llamacpp.LlamaCppModel`) for the reference row, or None;
+    ``assistant``: an HF draft model for Hugging Face assisted generation's rows, or None."""
     t_start = time.perf_counter()
     costs = measure_costs(target, draft, repeats=5)            # this machine, now
     methods = ["plain"] + [f"sd γ={g}" for g in config.gammas] + (["hf-generate"] if config.hf_generate else [])
     warm = [prompt_ids[0][:16], prompt_ids[-1][:12]]
     for method in methods + ([LLAMACPP_BATCH] if llama is not None else []):   # warm-up: every method, short
         _run_method(method, target, draft, llama, warm, 4)
+    for method in _assisted_methods(assistant, config.batches[0], config):
+        _run_method(method, target, draft, llama, warm[:1], 4, assistant)
     runs = []
     repeats = max(int(config.repeats), 1)
     for rep in range(repeats):          # whole sweeps, so a slow spell of the machine hits every B alike
         for B in config.batches:
             groups = [list(range(i, min(i + B, len(prompt_ids)))) for i in range(0, len(prompt_ids), B)]
-            every = methods + _llama_methods(llama, B, config)
+            every = methods + _llama_methods(llama, B, config) + _assisted_methods(assistant, B, config)
             for gi, group in enumerate(groups):
                 turn = (gi + rep) % len(every)
                 for method in every[turn:] + every[:turn]:
                     wall, prefill, passes, rows = _run_method(method, target, draft, llama,
-                                                              [prompt_ids[i] for i in group], config.tokens)
+                                                              [prompt_ids[i] for i in group], config.tokens,
+                                                              assistant)
                     for i, row in zip(group, rows):
                         row["prompt"] = prompt_names[i]
                     runs.append({"B": B, "group": gi, "repeat": rep, "method": method, "wall": wall,
@@ -238,7 +278,7 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
     rows = []
     draft_shared, target_shared = rows_shared(target, draft)
     for B in config.batches:
-        for method in methods + _llama_methods(llama, B, config):
+        for method in methods + _llama_methods(llama, B, config) + _assisted_methods(assistant, B, config):
             sel = [r for r in runs if r["B"] == B and r["method"] == method]
             reqs = [q for r in sel for q in r["requests"]]
             rates = [r["new_tokens"] / r["wall"] for r in sel]
@@ -254,7 +294,7 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
                 decode_tokens_per_second=_decode_rate(sel),
                 group_rate_min=min(rates), group_rate_max=max(rates),
                 latency_mean=statistics.fmean(q["latency"] for q in reqs), tau=statistics.fmean(q["tau"] for q in reqs),
-                drafted_per_round=statistics.fmean(q["drafted"] for q in reqs),
+                drafted_per_round=statistics.fmean(q["drafted"] for q in reqs),   # nan: HF assisted does not say
                 identical=sum(q["tokens"] == alone.get(q["prompt"]) for q in reqs), requests=len(reqs),
                 predicted=predicted, repeat_ratios=_repeat_ratios(runs, B, method, repeats)))
     return BatchedResult(
@@ -263,7 +303,8 @@ def run_batched(target, draft, prompt_ids: list[list[int]], prompt_names: list[s
         costs={"ks": list(costs.target.ks), "target_ms": [1e3 * s for s in costs.target.seconds],
                "target_spread": costs.target_spread, "draft_ms": [1e3 * s for s in costs.draft.seconds],
                "draft_spread": costs.draft_spread},
-        alpha=alpha, rows=rows, runs=runs, seconds=time.perf_counter() - t_start)
+        alpha=alpha, rows=rows, runs=runs, seconds=time.perf_counter() - t_start,
+        assistant=None if assistant is None else f"{assistant.name} ({assistant.info.kernels})")
 
 
 def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, loading=None) -> BatchedResult:
@@ -274,10 +315,11 @@ def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, load
     import importlib.util
     from contextlib import nullcontext
 
-    from ..assets.models import DEFAULT_TARGET
+    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
     from ..assets.prompts import load_prompts
     from ..measure.llm import encode_prompts
-    from ..models.loading import load_gguf_model, load_pair
+    from ..models.hf import HFModel
+    from ..models.loading import load_gguf_model, load_model, load_pair
 
     pair = pair or PairSpec()
     prompts = load_prompts(config.prompt_set, limit=config.n_prompts, offset=config.offset)
@@ -287,8 +329,12 @@ def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, load
         llama = None
         if importlib.util.find_spec("llama_cpp") is not None:
             llama = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
+        assistant = None
+        if config.hf_assisted:          # the same int8 draft specbound's torch engine uses
+            assistant = draft if isinstance(draft, HFModel) else \
+                load_model(pair.draft or DEFAULT_DRAFT, progress=False, int8=True, invariant=False)
     return run_batched(target, draft, encode_prompts(target, prompts), [p.id for p in prompts], config, llama,
-                       progress=progress)
+                       progress=progress, assistant=assistant)
 
 
 def _spread(ratios: list[float]) -> str:
@@ -317,7 +363,10 @@ def markdown(result: BatchedResult, command: str = "") -> str:
               "time; llama.cpp one at a time: the time until that request is served); identical = requests whose "
               f"tokens equal plain decoding of the request at B = {c.batches[0]}; per repeat = the decode × plain of "
               f"each of the {max(c.repeats, 1)} repeat(s) (every group of every B once, methods rotated anew), "
-              "median and range — the spread a single run's ratio carries.", ""]
+              "median and range — the spread a single run's ratio carries."
+              + (f" HF assisted: Hugging Face assisted generation with the draft {result.assistant} (it refuses "
+                 "a batch: the B requests one after another, at the first B only; its τ is not reported)"
+                 if result.assistant else ""), ""]
     table = []
     for B in c.batches:
         plain = next(r for r in result.rows if r.batch == B and r.method == "plain")
