@@ -473,9 +473,6 @@ def test_sequences_grow_on_demand_with_the_cache_intact(paths, reference, monkey
     read = make(paths["target"], n_ctx=128, identity=None, load="read")
     torch.testing.assert_close(read.forward(torch.tensor([[1, 2, 3, 4, 9]]))[0, -1], fresh([1, 2, 3, 4, 9])[-1],
                                atol=ATOL, rtol=1e-4)
-    # a batch's rows share one context: they get their share of sequences at once and never grow
-    rows = make(paths["target"], n_ctx=128, max_sequences=8, identity=None).fork_rows(2)
-    assert [r._sequences for r in rows] == [8, 8] and not rows[0]._can_grow()
 
 
 # --------------------------------------------------------------------------- decoding
@@ -692,6 +689,32 @@ def test_rows_of_one_context_read_together_like_fresh_caches(paths, reference, s
     assert ops.pop("reset") >= 1 and min(ops.values()) >= 5, ops
     for r in rows:
         r.close()
+
+
+def test_a_batch_s_rows_open_more_sequences_together(paths, reference, monkeypatch):
+    """Rows of one context start with a share of INITIAL_SEQUENCES and interleaved ids (row r: r, r + n,
+    …), so when one row's tree needs more, the context doubles everyone's without renaming an id in use:
+    both rows read on exactly as fresh caches; a closed row stays closed."""
+    import specbound.models.llamacpp as backend
+
+    fresh = fresh_reader(reference)
+    monkeypatch.setattr(backend, "INITIAL_SEQUENCES", 2)
+    rows = make(paths["target"], n_ctx=128, max_sequences=16, identity=None).fork_rows(2)
+    assert [r._sequences for r in rows] == [1, 1] and [r.max_sequences for r in rows] == [16, 16]
+    _joint_read([(rows[0], [1, 2, 3], None), (rows[1], [9, 8], None)])
+    out = _joint_read([(rows[0], [4, 5, 6], [2, 2, 2]), (rows[1], [7, 7], [1, 1])])     # 3 and 2 leaves
+    assert [r._sequences for r in rows] == [4, 4] and rows[0]._ctx == rows[1]._ctx
+    for i, path in enumerate([[4], [5], [6]]):
+        torch.testing.assert_close(out[0][0, i], fresh([1, 2, 3] + path)[-1], atol=ATOL, rtol=1e-4)
+    torch.testing.assert_close(out[1][0, 1], fresh([9, 8, 7])[-1], atol=ATOL, rtol=1e-4)
+    assert set(rows[0].kv_sequence_ranges()) <= {0, 2, 4, 6} and set(rows[1].kv_sequence_ranges()) <= {1, 3, 5, 7}
+    rows[1].keep_path(2, [3])
+    rows[0].close()
+    out = rows[1].forward_tree(torch.tensor([[10, 11, 12, 13, 14]]), [2] * 5)     # 5 leaves: 4 -> 8
+    assert rows[1]._sequences == 8 and rows[0]._ctx is None
+    torch.testing.assert_close(out[0, 4], fresh([9, 8, 7, 14])[-1], atol=ATOL, rtol=1e-4)
+    with pytest.raises(SpecboundError, match="closed"):
+        rows[0].forward(torch.tensor([[1]]))
 
 
 def test_a_failed_joint_read_leaves_every_row_intact(paths, reference):

@@ -267,8 +267,8 @@ class LlamaCppModel(SlotCacheModel):
         self.reset()
 
     # ------------------------------------------------------------------ lifetime
-    def _open_context(self) -> None:
-        """A llama.cpp context (KV cells, batch) of this model's parameters over the loaded weights."""
+    def _create_context(self) -> None:
+        """Create the llama.cpp context (KV cells) and batch of ``self._cparams`` over the loaded weights."""
         lib = self._lib
         mark = len(_LOG_TAIL)
         self._ctx = lib.llama_init_from_model(self._model, self._cparams)
@@ -278,8 +278,15 @@ class LlamaCppModel(SlotCacheModel):
                                  f"(n_ctx={self.n_ctx}, n_batch={self.n_batch}){_recent_errors(mark)}")
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(self.n_batch, 0, int(self._cparams.n_seq_max))
+
+    def _open_context(self) -> None:
+        """A llama.cpp context of this model's parameters, used by this cache alone."""
+        self._create_context()
         self._ctx_users = [1]              # objects (this model, rows) that read through this context
-        self._seq_base = 0                 # this cache's sequence ids: _seq_base .. _seq_base + _sequences - 1
+        self._siblings = [self]            # the caches on this context (a batch's rows): they grow together
+        # this cache's sequence ids: _seq_base, _seq_base + _seq_stride, ... (_sequences of them); a batch's
+        # rows interleave theirs, so opening more keeps every id in use valid
+        self._seq_base, self._seq_stride = 0, 1
 
     def close(self) -> None:
         """Free the llama.cpp context and batch, and the weights once no row uses them (also done when
@@ -322,6 +329,10 @@ class LlamaCppModel(SlotCacheModel):
         row = copy.copy(self)
         row._ctx = row._batch = None
         row._users[0] += 1
+        row._sequences = min(self.max_sequences, INITIAL_SEQUENCES)
+        row._cparams = type(self._cparams).from_buffer_copy(self._cparams)
+        row._cparams.n_seq_max = row._sequences
+        row._cparams.n_outputs_max = max(self.n_batch, row._sequences)
         row._open_context()
         row.decode_calls = 0
         row.scheduler = None
@@ -336,35 +347,39 @@ class LlamaCppModel(SlotCacheModel):
         ``llama_decode`` over all their tokens (:func:`_read_rows`; ``rows_share_passes``). A row's
         tokens attend only to its own sequences, so its logits are those it would get alone up to the
         kernels' batch invariance (f32 weights: ~1e-5; quantized weights: llama.cpp's one-row and
-        multi-row kernels differ, as for a tree read — see the module's numerics)."""
+        multi-row kernels differ, as for a tree read — see the module's numerics). Row r's sequence ids
+        are r, r + n, r + 2n, …: ``INITIAL_SEQUENCES`` split among the rows at first (at least one
+        each), all rows' doubled together when one row's tree needs more, up to llama.cpp's limit split
+        evenly (``max_sequences`` of each row)."""
         self._alive()
         n = positive_int(n, "n")
         per_row = min(self.max_sequences, int(self._lib.llama_max_parallel_sequences()) // n)
         if per_row < 1:
             raise SpecboundError(f"{self.name}: a batch of {n} rows needs a llama.cpp sequence per row; llama.cpp "
                                  f"allows {int(self._lib.llama_max_parallel_sequences())}")
+        opened = min(per_row, max(1, INITIAL_SEQUENCES // n))
         first = copy.copy(self)
         first._ctx = first._batch = None
         first._cparams = type(self._cparams).from_buffer_copy(self._cparams)
         first._cparams.n_ctx = n * self.n_ctx
-        first._cparams.n_seq_max = n * per_row
-        first._cparams.n_outputs_max = max(self.n_batch, n * per_row)
+        first._cparams.n_seq_max = n * opened
+        first._cparams.n_outputs_max = max(self.n_batch, n * opened)
         first._users[0] += 1
         first._open_context()
-        rows = []
+        rows = first._siblings
         for r in range(n):
             row = first if r == 0 else copy.copy(first)
             if r:
                 row._users[0] += 1
                 row._ctx_users[0] += 1
-            row._seq_base = r * per_row
-            row.max_sequences = row._sequences = per_row
+                rows.append(row)
+            row._seq_base, row._seq_stride = r, n
+            row.max_sequences, row._sequences = per_row, opened
             row.decode_calls = 0
             row.scheduler = None
             row.batch_priority = 1
             row.reset()
-            rows.append(row)
-        return rows
+        return list(rows)
 
     rows_share_passes = True
 
@@ -382,7 +397,7 @@ class LlamaCppModel(SlotCacheModel):
 
     def _own_sequences(self) -> range:
         """The llama.cpp sequence ids of this cache (all of the context's unless it is a batch's row)."""
-        return range(self._seq_base, self._seq_base + self._sequences)
+        return range(self._seq_base, self._seq_base + self._seq_stride * self._sequences, self._seq_stride)
 
     def _primary(self, slot: int) -> int:
         """A sequence through ``slot`` (cached): its cells at positions <= pos(slot) are slot's path."""
@@ -472,28 +487,33 @@ class LlamaCppModel(SlotCacheModel):
         return plan
 
     def _can_grow(self) -> bool:
-        """More sequences can be opened: this cache owns its context and has not reached max_sequences."""
-        return self._ctx_users[0] == 1 and self._seq_base == 0 and self._sequences < self.max_sequences
+        """More sequences can be opened: this cache has not reached max_sequences."""
+        return self._sequences < self.max_sequences
 
     def _grow_sequences(self) -> None:
-        """Reopen this cache's context with twice the sequences (at most ``max_sequences``), its state
-        (KV cells with their sequence ids, last outputs) copied across: later logits are unchanged."""
+        """Reopen the context with twice the sequences per cache (at most ``max_sequences``), its state
+        (KV cells with their sequence ids, last outputs) copied across, for every cache on it (a batch's
+        rows, whose interleaved ids stay valid): later logits are unchanged."""
         lib = self._lib
         size = int(lib.llama_state_get_size(self._ctx))
         state = (ctypes.c_uint8 * size)()
         written = int(lib.llama_state_get_data(self._ctx, state, size))
+        count = min(self.max_sequences, 2 * self._sequences)
         cparams = type(self._cparams).from_buffer_copy(self._cparams)
-        cparams.n_seq_max = min(self.max_sequences, 2 * self._sequences)
+        cparams.n_seq_max = self._seq_stride * count
         cparams.n_outputs_max = max(self.n_batch, int(cparams.n_seq_max))
+        live = [c for c in self._siblings if c._ctx is not None]
         lib.llama_batch_free(self._batch)
         lib.llama_free(self._ctx)                 # before the new one: the two never coexist in memory
-        self._ctx = self._batch = None
+        for c in live:
+            c._ctx = c._batch = None
         self._cparams = cparams
-        self._open_context()
+        self._create_context()
         if int(lib.llama_state_set_data(self._ctx, state, written)) != written:
             self.close()
             raise SpecboundError(f"{self.name}: llama.cpp could not restore its cache after opening more sequences")
-        self._sequences = int(cparams.n_seq_max)
+        for c in live:
+            c._ctx, c._mem, c._batch, c._cparams, c._sequences = self._ctx, self._mem, self._batch, cparams, count
 
     def _decode(self, plans: list["_Plan"]) -> list[np.ndarray]:
         """Every planned read of this context in one ``llama_decode`` (split at ``n_batch`` tokens);
