@@ -98,3 +98,21 @@ def test_greedy_sd_with_the_requantized_draft_is_the_targets_greedy(files, cache
             assert out.tokens == plain
             accepted += sum(out.metrics.accepted_per_step)
     assert accepted > 0                     # the q4_0 copy of the noisy draft still agrees at times
+
+
+def test_a_draft_opened_with_the_draft_context_keeps_greedy_sd_the_targets_greedy(files, cache):
+    """``load_gguf_model(role="draft")`` opens the draft with f16 K/V, 64-token batches and the file read:
+    its proposals may change, the output may not (greedy SD = the target's greedy decoding, trees too)."""
+    from specbound.models.loading import load_gguf_model
+
+    with pytest.raises(SpecboundError, match="role must be"):
+        load_gguf_model(files["draft"], progress=False, role="drafter")
+    draft = load_gguf_model(files["draft"], progress=False, role="draft")
+    assert draft.n_batch == 64 and "K/V f16" in draft.info.kernels
+    target = _model(files["target"])
+    assert "K/V" not in target.info.kernels                       # a target keeps the f32 defaults
+    for seed in range(2):
+        prompt = torch.randint(3, target.vocab_size, (1, 70), generator=torch.Generator().manual_seed(seed))
+        plain = autoregressive_decode(target, prompt, 20, temperature=0.0).tokens
+        for kw in (dict(gamma=4), dict(tree=24)):                 # a 70-token prompt: two 64-token decodes
+            assert speculative_decode(target, draft, prompt, 20, temperature=0.0, **kw).tokens == plain
