@@ -71,6 +71,7 @@ DRAFT_CONTEXT = {"n_batch": 64, "kv_cache_type": "f16", "load": "read"}
 class _OutOfSequences(Exception):
     """A read needs a sequence id and every one opened so far is in use."""
 
+
 INSTALL_HINT = "pip install 'specbound[llamacpp]'"
 
 _LOG_TAIL: collections.deque = collections.deque(maxlen=40)   # recent llama.cpp warnings/errors
