@@ -230,9 +230,6 @@ class LlamaCppModel(SlotCacheModel):
         cparams.n_batch = self.n_batch
         cparams.n_ubatch = self.n_batch
         self._sequences = min(self.max_sequences, INITIAL_SEQUENCES)     # opened so far (grows on demand)
-        cparams.n_seq_max = self._sequences
-        # every token of a batch returns logits; llama.cpp also reserves one output per sequence
-        cparams.n_outputs_max = max(self.n_batch, self._sequences)
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         cparams.kv_unified = True          # one cell pool shared by all sequences: seq_cp is metadata only
@@ -245,7 +242,7 @@ class LlamaCppModel(SlotCacheModel):
             if kv_cache_type not in types:
                 raise SpecboundError(f"kv_cache_type must be one of {sorted(types)} or None, got {kv_cache_type!r}")
             cparams.type_k = cparams.type_v = types[kv_cache_type]
-        self._cparams = cparams
+        self._cparams = self._params_with(self._sequences, cparams)
         self._users = [1]                  # contexts (this model and its rows) that use the weights
         self._open_context()
         # llama.cpp rounds the cell count up (to a multiple of 256); the limit we enforce stays n_ctx
@@ -268,6 +265,16 @@ class LlamaCppModel(SlotCacheModel):
         self.reset()
 
     # ------------------------------------------------------------------ lifetime
+    def _params_with(self, sequences: int, cparams=None):
+        """A copy of the context parameters (``cparams``, default this model's) for ``sequences`` llama.cpp
+        sequences: every token of a batch returns logits, and llama.cpp also reserves one output per
+        sequence, so the outputs are max(n_batch, sequences)."""
+        source = self._cparams if cparams is None else cparams
+        params = type(source).from_buffer_copy(source)
+        params.n_seq_max = sequences
+        params.n_outputs_max = max(self.n_batch, sequences)
+        return params
+
     def _create_context(self) -> None:
         """Create the llama.cpp context (KV cells) and batch of ``self._cparams`` over the loaded weights."""
         lib = self._lib
@@ -331,9 +338,7 @@ class LlamaCppModel(SlotCacheModel):
         row._ctx = row._batch = None
         row._users[0] += 1
         row._sequences = min(self.max_sequences, INITIAL_SEQUENCES)
-        row._cparams = type(self._cparams).from_buffer_copy(self._cparams)
-        row._cparams.n_seq_max = row._sequences
-        row._cparams.n_outputs_max = max(self.n_batch, row._sequences)
+        row._cparams = self._params_with(row._sequences)
         row._open_context()
         row.decode_calls = 0
         row.scheduler = None
@@ -361,10 +366,8 @@ class LlamaCppModel(SlotCacheModel):
         opened = min(per_row, max(1, INITIAL_SEQUENCES // n))
         first = copy.copy(self)
         first._ctx = first._batch = None
-        first._cparams = type(self._cparams).from_buffer_copy(self._cparams)
+        first._cparams = self._params_with(n * opened)
         first._cparams.n_ctx = n * self.n_ctx
-        first._cparams.n_seq_max = n * opened
-        first._cparams.n_outputs_max = max(self.n_batch, n * opened)
         first._users[0] += 1
         first._open_context()
         rows = first._siblings
@@ -500,9 +503,7 @@ class LlamaCppModel(SlotCacheModel):
         state = (ctypes.c_uint8 * size)()
         written = int(lib.llama_state_get_data(self._ctx, state, size))
         count = min(self.max_sequences, 2 * self._sequences)
-        cparams = type(self._cparams).from_buffer_copy(self._cparams)
-        cparams.n_seq_max = self._seq_stride * count
-        cparams.n_outputs_max = max(self.n_batch, int(cparams.n_seq_max))
+        cparams = self._params_with(self._seq_stride * count)
         live = [c for c in self._siblings if c._ctx is not None]
         lib.llama_batch_free(self._batch)
         lib.llama_free(self._ctx)                 # before the new one: the two never coexist in memory
