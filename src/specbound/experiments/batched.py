@@ -162,6 +162,18 @@ def _hf_generate(target, group_ids, tokens, assistant=None, schedule: str = "con
     return seconds, (first.at or t0 + seconds) - t0, [row[width:].tolist() for row in out]
 
 
+def _one_after_another(group_ids, tokens, decode_one, tau: float, drafted: float):
+    """A group's requests decoded one after another by ``decode_one(ids) -> (seconds, prefill seconds,
+    new tokens)``: :func:`_run_method`'s tuple, each request's latency the time until it is served."""
+    rows, wall, prefill = [], 0.0, 0.0
+    for ids in group_ids:
+        seconds, first, new = decode_one(ids)
+        wall += seconds
+        prefill += first
+        rows.append({"tokens": new, "latency": wall, "tau": tau, "drafted": drafted})
+    return wall, prefill, len(group_ids) * tokens, rows
+
+
 def _run_method(method, target, draft, llama, group_ids, tokens, assistant=None):
     """(wall seconds, the prefill's share of them, target passes, per-request dicts) of one method on one
     group. The prefill's share: a batch's requests read their prompts together, so it ends when the last
@@ -174,21 +186,16 @@ def _run_method(method, target, draft, llama, group_ids, tokens, assistant=None)
         return seconds, prefill, tokens, [{"tokens": o, "latency": seconds, "tau": 1.0, "drafted": 0.0} for o in outs]
     if method in HF_ASSISTED.values():
         schedule = next(k for k, v in HF_ASSISTED.items() if v == method)
-        rows, wall, prefill = [], 0.0, 0.0
-        for ids in group_ids:
+
+        def assisted(ids):
             seconds, first, outs = _hf_generate(target, [ids], tokens, assistant, schedule)
-            wall += seconds
-            prefill += first
-            rows.append({"tokens": outs[0], "latency": wall, "tau": float("nan"), "drafted": float("nan")})
-        return wall, prefill, len(group_ids) * tokens, rows
+            return seconds, first, outs[0]
+        return _one_after_another(group_ids, tokens, assisted, tau=float("nan"), drafted=float("nan"))
     if method == LLAMACPP:
-        rows, wall, prefill = [], 0.0, 0.0
-        for ids in group_ids:
+        def plain(ids):
             r = autoregressive_decode(llama, ids, tokens, temperature=0)
-            wall += r.metrics.total_time
-            prefill += r.metrics.prefill_time
-            rows.append({"tokens": r.tokens, "latency": wall, "tau": 1.0, "drafted": 0.0})
-        return wall, prefill, len(group_ids) * tokens, rows
+            return r.metrics.total_time, r.metrics.prefill_time, r.tokens
+        return _one_after_another(group_ids, tokens, plain, tau=1.0, drafted=0.0)
     if method in ("plain", LLAMACPP_BATCH):
         res = autoregressive_decode_batch(target if method == "plain" else llama, group_ids, tokens, temperature=0)
     else:
