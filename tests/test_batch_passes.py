@@ -133,6 +133,10 @@ def test_advise_batch_measures_the_rows_and_says_so_in_its_report(tmp_path, monk
         assert 0 < low <= b.measured_plain <= high
     text = advise_markdown(advice, {})
     assert "Priced with what B rows measured" in text and "Measured / predicted over the batch sizes" in text
+    assert "perfect draft (×plain, γ)" in text
+    for B, b in batch.items():               # priced with the same measured passes, every token accepted
+        assert b.perfect_draft >= max(b.plain, b.speculative) * (1 - 1e-12)
+        assert f"{b.perfect_draft / b.plain:.2f}×, γ {b.perfect_draft_gamma}" in text
 
 
 def test_a_stale_cost_profile_is_reported_once_for_all_the_requests_of_a_batch():

@@ -557,3 +557,69 @@ def test_batch_policy_charges_one_slow_round_to_no_depth(monkeypatch):
     assert {g for g in policy.rounds} == {2, 4}
     w_plain, c0, c1 = policy.round_overhead(2, *policy._round_costs(2))
     assert c0 == pytest.approx(0.010) and c1 == pytest.approx(0.0, abs=1e-9)
+
+
+# ------------------------------------------------------------------ the perfect-draft bound
+def test_perfect_draft_bound_by_hand():
+    from specbound.theory.speedup import perfect_draft_throughput
+
+    # t(k) = 1 s up to 4 tokens, then +1 s per token; 0.2 s per draft pass. By hand, γ + 1 tokens per round:
+    # γ = 1: 2 / 1.2 = 1.67, γ = 2: 3 / 1.4 = 2.14, γ = 3: 4 / 1.6 = 2.50, γ = 4: 5 / (0.8 + 2) = 1.79 tok/s
+    verify = CostProfile((1, 4, 5, 6), (1.0, 1.0, 2.0, 3.0))
+    gamma, rate = perfect_draft_throughput(1, [0.2 * g for g in range(1, 9)], verify)
+    assert (gamma, rate) == (3, pytest.approx(2.5))
+    # a pass whose cost is proportional to its tokens: drafting can never beat plain rounds
+    linear = CostProfile((1, 64), (0.1, 6.4))
+    assert perfect_draft_throughput(4, [0.01 * g for g in range(1, 17)], linear) == (0, pytest.approx(4 / 0.4))
+    # work outside the passes counts once per round on both sides
+    gamma, rate = perfect_draft_throughput(1, [0.2 * g for g in range(1, 9)], verify, work=0.4)
+    assert (gamma, rate) == (3, pytest.approx(4 / 2.0))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_drafter_of_the_same_cost_beats_the_perfect_draft(seed):
+    """Chains of every γ at random acceptance, and trees (tokens ≤ depth + 1, at least depth draft passes,
+    at least depth + 1 tokens read per request), priced with the same passes: all below the bound."""
+    from specbound.theory.speedup import perfect_draft_throughput, shared_pass_throughput
+
+    rng = np.random.default_rng(seed)
+    for B in (1, 2, 4, 8):
+        d_B = float(DRAFT(B))
+        _, bound = perfect_draft_throughput(B, [g * d_B for g in range(1, 33)], VERIFY, work=0.002)
+        for _ in range(50):
+            gamma = int(rng.integers(1, 17))
+            alpha = rng.uniform(0.0, 1.0, size=gamma)
+            assert batch_throughput(alpha, gamma, B, DRAFT, VERIFY, (0.002, 0.002, 0.0005)) <= bound * (1 + 1e-12)
+            depth = int(rng.integers(1, 12))
+            nodes = depth + int(rng.integers(0, 40))
+            value = rng.uniform(0.0, depth)                           # E[X | T] ≤ depth(T)
+            tree = shared_pass_throughput(1 + value, B, depth * d_B * rng.uniform(1.0, 2.0), nodes + 1, VERIFY,
+                                          work=0.002)
+            assert float(tree) <= bound * (1 + 1e-12)
+        # and the bound is reached: a chain whose every drafted token is accepted
+        g, _ = perfect_draft_throughput(B, [g * d_B for g in range(1, 33)], VERIFY, work=0.002)
+        if g:
+            assert batch_throughput(np.ones(g), g, B, DRAFT, VERIFY, (0.002, 0.002, 0.0)) == pytest.approx(bound)
+
+
+def test_perfect_draft_bad_input():
+    from specbound.theory.speedup import perfect_draft_throughput
+
+    for bad in ([], [0.1, -0.1], [float("nan")]):
+        with pytest.raises(SpecboundError, match="draft_round_seconds"):
+            perfect_draft_throughput(1, bad, VERIFY)
+    with pytest.raises(SpecboundError, match="batch must be"):
+        perfect_draft_throughput(0, [0.1], VERIFY)
+
+
+def test_advise_batch_reports_the_perfect_draft_above_its_prediction():
+    from specbound.advise import Setting, batch_advice
+
+    chain = {g: Setting("chain", g, expected_tokens_per_step(0.8, g), g * float(DRAFT(1)), g + 1, 0.0)
+             for g in range(1, 9)}
+    oracle = {P: min(P, 3.0) for P in (1, 2, 4, 8, 16)}
+    for B in (1, 2, 4, 32):
+        b = batch_advice(B, chain, oracle, VERIFY, DRAFT)
+        assert b.perfect_draft >= b.speculative * (1 - 1e-12) and b.perfect_draft >= b.plain * (1 - 1e-12)
+        if b.perfect_draft_gamma == 0:
+            assert b.gamma == 0 and b.perfect_draft == pytest.approx(b.plain)

@@ -53,8 +53,8 @@ from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .seeds import derive_seed
 from .theory.bounds import MomentEstimate
 from .theory.speedup import (
-    CostProfile, expected_tokens_per_step, greedy_chain_rounds, round_speedup, rows_pass_seconds,
-    shared_pass_throughput,
+    CostProfile, expected_tokens_per_step, greedy_chain_rounds, perfect_draft_throughput, round_speedup,
+    rows_pass_seconds, shared_pass_throughput,
 )
 
 __all__ = ["AdviseConfig", "Advice", "BatchAdvice", "ModeAdvice", "Setting", "advise", "batch_advice", "batch_table",
@@ -138,6 +138,8 @@ class BatchAdvice:
     measured_plain_range: tuple[float, float] | None = None        # slowest, fastest checked batch
     measured_speculative_range: tuple[float, float] | None = None
     measured_batches: int = 0                # batches (× runs) the medians are over
+    perfect_draft: float | None = None       # total tok/s if every drafted token were accepted (this draft's cost)
+    perfect_draft_gamma: int = 0             # its chain length (0: even a perfect draft of this cost loses)
 
     @property
     def speedup(self) -> float:
@@ -352,6 +354,10 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
                   moments=estimate, modes=modes, seconds=time.perf_counter() - t0)
 
 
+#: The deepest chain the perfect-draft bound tries (its rate levels off: B / (d_B + B · slope of t)).
+PERFECT_DRAFT_MAX_GAMMA = 32
+
+
 def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float], verify_cost: CostProfile,
                  draft_cost: CostProfile, rows_shared: tuple[bool, bool] = (True, True),
                  passes: BatchPassCosts | None = None) -> BatchAdvice:
@@ -366,7 +372,11 @@ def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float]
     batch is priced as it measured: target passes scaled by their measured/predicted ratio, plus per
     round the draft's passes and the work outside the passes on the line through the two calibrated
     chain lengths (``BatchPassCosts.draft_seconds`` / ``work``; w_plain for a plain round). The speed
-    of light keeps the scaled target pass and w_plain (its lower bound on a round's work)."""
+    of light keeps the scaled target pass and w_plain (its lower bound on a round's work).
+
+    The perfect draft (``theory.speedup.perfect_draft_throughput``) prices this draft's passes as the
+    chains are priced, with every drafted token accepted and w_plain per round: no drafter of this cost
+    exceeds it at this B, whatever its acceptance."""
     if not rows_shared[1]:
         raise SpecboundError("advise --batch prices a target whose rows share one pass (a torch target with the "
                              "static cache); this target's rows run in turn")
@@ -389,9 +399,15 @@ def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float]
     light = {P: float(shared_pass_throughput(1.0 + v, batch, 0.0, P + 1, verify_cost, scale_t, w_plain))
              for P, v in oracle.items()}
     P = max(light, key=light.get) if light else 0
+    depths = range(1, PERFECT_DRAFT_MAX_GAMMA + 1)
+    if passes is not None:
+        draft_rounds = [passes.draft_seconds(g) for g in depths]
+    else:
+        draft_rounds = [g * float(rows_pass_seconds(draft_cost, batch, 1, rows_shared[0])) for g in depths]
+    perfect_gamma, perfect = perfect_draft_throughput(batch, draft_rounds, verify_cost, scale_t, w_plain)
     return BatchAdvice(batch=batch, plain=plain, gamma=gamma, speculative=best,
                        speed_of_light=max(light[P], plain) if light else plain, speed_of_light_capacity=P,
-                       passes=passes)
+                       passes=passes, perfect_draft=perfect, perfect_draft_gamma=perfect_gamma)
 
 
 # ----------------------------------------------------------------------------------------------- check

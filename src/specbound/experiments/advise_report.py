@@ -60,6 +60,13 @@ def _batch_pass_lines(batch: dict, context: int | None = None) -> list[str]:
                        str(p.rounds)] for B, p in measured]), ""]
 
 
+def _perfect(b) -> str:
+    """The perfect-draft bound of one batch size: total tok/s (× plain, its chain length)."""
+    if b.perfect_draft is None:
+        return "–"
+    return f"{fmt(b.perfect_draft, 1)} ({b.perfect_draft / b.plain:.2f}×, γ {b.perfect_draft_gamma})"
+
+
 def _x(v) -> str:
     return "–" if v is None else f"{v:.2f}×"
 
@@ -151,15 +158,20 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                   "after its prefill): the median over those batches, the slowest–fastest in brackets, and "
                   "measured / predicted (m/p).", "",
                   md_table(["B", "plain pred.", "plain meas.", "plain m/p", "best γ", "SD pred.", "SD meas.", "SD m/p",
-                            "SD/plain pred.", "SD/plain meas.", "batches", "speed of light (P)"],
+                            "SD/plain pred.", "SD/plain meas.", "batches", "speed of light (P)",
+                            "perfect draft (×plain, γ)"],
                            [[str(B), fmt(b.plain, 1), _measured(b.measured_plain, b.measured_plain_range),
                              _ratio(b.measured_plain, b.plain), str(b.gamma), fmt(b.speculative, 1),
                              _measured(b.measured_speculative, b.measured_speculative_range),
                              _ratio(b.measured_speculative, b.speculative), _x(b.speedup),
                              _x(None if b.measured_plain is None or b.measured_speculative is None
                                 else b.measured_speculative / b.measured_plain), str(b.measured_batches or "–"),
-                             f"{fmt(b.speed_of_light, 1)} ({b.speed_of_light_capacity})"]
+                             f"{fmt(b.speed_of_light, 1)} ({b.speed_of_light_capacity})", _perfect(b)]
                             for B, b in sorted(m.batch.items())]), "",
+                  "Speed of light: the target's own optimal tree T*(P) drafted for free. Perfect draft: THIS "
+                  "draft's passes with every drafted token accepted (`theory.speedup.perfect_draft_throughput`) — "
+                  "no drafter of this cost exceeds it at that B, whatever its acceptance; where it is ≤ 1× plain, "
+                  "speculation with this draft cannot pay at that batch size on this machine.", "",
                   *_batch_check_lines(m.batch),
                   *_batch_pass_lines(m.batch, c.batch_context),
                   "Draft length per batch size for a serving engine (vLLM / SGLang users write this table by hand; "

@@ -26,6 +26,7 @@ __all__ = [
     "expected_speedup",
     "expected_tokens_per_step",
     "greedy_chain_rounds",
+    "perfect_draft_throughput",
     "round_speedup",
     "speed_of_light_speedup",
 ]
@@ -240,6 +241,40 @@ def shared_pass_throughput(tokens_per_round, batch: int, draft_seconds, tokens_r
     return batch * tokens / (np.asarray(draft_seconds, dtype=np.float64)
                              + verify_scale * verify_cost(batch * np.asarray(tokens_read_per_request))
                              + np.asarray(work, dtype=np.float64))
+
+
+def perfect_draft_throughput(batch: int, draft_round_seconds, verify_cost: CostProfile, verify_scale: float = 1.0,
+                             work: float = 0.0) -> tuple[int, float]:
+    """The most total tokens per second that drafting at THIS draft's cost can give B requests: every
+    drafted token accepted (acceptance 1, the draft never wrong), so a chain of γ yields γ + 1 tokens per
+    request and round,
+
+        max over γ ≥ 1 of  B · (γ + 1) / (D(γ) + s · t(B · (γ + 1)) + w),
+
+    with D(γ) = ``draft_round_seconds[γ − 1]`` the seconds of a round's draft passes at depth γ, s the
+    target passes' measured/predicted ratio (``verify_scale``) and w the round's work outside the passes.
+    Returns (γ, tokens/s), or (0, plain B / (s · t(B) + w)) when no γ beats plain rounds.
+
+    It bounds every drafter of this cost, not only chains: a round yields at most depth + 1 tokens per
+    request (Pankratov & Alistarh 2026, E[X | T] ≤ depth(T)), a tree of depth D needs D draft passes
+    (each at least a chain's, over at least as many rows) and a target pass over at least D + 1 tokens per
+    request, t non-decreasing — so the chain of γ = D costs no more and yields no fewer, and a round that
+    does more work than w (sampling, verification) only lowers the rate. Where it is at most plain
+    throughput, no drafter of this cost pays at this B; where it is below a target speed-up, no drafter of
+    this cost reaches it. Set against :func:`speed_of_light_speedup` (free drafting, the target's own
+    acceptance): a drafter is bounded by both.
+    """
+    batch = int(batch)
+    if batch < 1:
+        raise SpecboundError(f"batch must be >= 1, got {batch}")
+    d = np.asarray(draft_round_seconds, dtype=np.float64).reshape(-1)
+    if d.size == 0 or np.any(~np.isfinite(d)) or np.any(d < 0):
+        raise SpecboundError("draft_round_seconds must be a non-empty list of finite seconds >= 0, for γ = 1, 2, …")
+    plain = float(shared_pass_throughput(1.0, batch, 0.0, 1, verify_cost, verify_scale, work))
+    gammas = np.arange(1, d.size + 1, dtype=np.float64)
+    rates = shared_pass_throughput(gammas + 1.0, batch, d, gammas + 1.0, verify_cost, verify_scale, work)
+    g = int(np.argmax(rates))
+    return (g + 1, float(rates[g])) if rates[g] > plain else (0, plain)
 
 
 def best_batch_gamma(alpha, batch: int, draft_cost: CostProfile, verify_cost: CostProfile,
