@@ -241,7 +241,7 @@ def run(args) -> int:
         with console.status("plain target decoding for comparison…"):
             baseline = autoregressive_decode(target, ids, result.metrics.new_tokens, temperature=args.temperature,
                                              top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    report = _report(result, baseline, target, draft, prompt)
+    report = _report(result, baseline, target, draft, prompt, _perfect_draft(engine.drafter))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -340,7 +340,19 @@ def _print_batch_report(r: dict, console) -> None:
     console.print(line)
 
 
-def _report(result, baseline, target, draft, prompt) -> dict:
+def _perfect_draft(drafter) -> dict | None:
+    """The most this draft's cost allows (every drafted token accepted), from the cost model the run's
+    drafter sized its drafts with; None for drafters of fixed shape (no calibration)."""
+    from ..decoding.costs import perfect_draft_speedup
+
+    costs = drafter.cost_model()
+    if costs is None:
+        return None
+    gamma, speedup = perfect_draft_speedup(costs)
+    return {"gamma": gamma, "speedup": speedup}
+
+
+def _report(result, baseline, target, draft, prompt, perfect_draft: dict | None = None) -> dict:
     m = result.metrics
     out = {"target": target.name, "draft": draft.name,
            "target_kernels": f"{target.info.backend}:{target.info.kernels}",
@@ -354,6 +366,8 @@ def _report(result, baseline, target, draft, prompt) -> dict:
            "prefill_time": m.prefill_time, "calibration_time": m.calibration_time, "total_time": m.total_time,
            "drafted_per_round": m.drafted_per_step, "depth_per_round": m.depth_per_step,
            "expected_bias": m.expected_bias, "text_tokens": result.tokens}
+    if perfect_draft is not None:
+        out["perfect_draft"] = perfect_draft
     if baseline is not None:
         b = baseline.metrics
         out["baseline"] = {"tokens_per_second": b.tokens_per_second, "decode_tokens_per_second": b.decode_tokens_per_second,
@@ -398,6 +412,12 @@ def _print_report(r: dict, console) -> None:
                      f"{b['decode_tokens_per_second']:.2f} / {b['tokens_per_second']:.2f} tokens/s (decoding / end to "
                      f"end) → speed-up {r['speedup_vs_target']:.2f}× decoding, {r['speedup_end_to_end']:.2f}× end to "
                      f"end; identical tokens: {b['identical_tokens']}"))
+    if "perfect_draft" in r:
+        p = r["perfect_draft"]
+        rows.append(("most a draft of this cost could give",
+                     f"{p['speedup']:.2f}× plain decoding (a draft never wrong: chain γ = {p['gamma']}, this "
+                     "run's t(k) and d(1))" if p["gamma"] else
+                     "nothing: even a draft that is never wrong would not beat plain decoding at this cost"))
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)

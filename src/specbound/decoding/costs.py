@@ -32,6 +32,7 @@ from ..errors import SpecboundError
 from ..theory.speedup import CostProfile, rows_pass_seconds
 
 __all__ = ["COST_KS", "CostModel", "CostMeasurement", "costs_file", "load_or_measure_costs", "measure_costs",
+           "perfect_draft_speedup",
            "pass_ratios",
            "measure_forward_costs", "read_cost_cache"]
 
@@ -352,3 +353,19 @@ class CostModel:
         key = self.measurement.key
         if self.stale and key:
             drop_cached_costs(key)
+
+
+def perfect_draft_speedup(costs: CostModel, max_gamma: int = 32) -> tuple[int, float]:
+    """The most chains drafted at this pair's cost could give one request, as a speed-up over plain
+    decoding at t(1): every drafted token accepted, one draft read d(1) per depth (a round's first read
+    re-reads the bonus token too, so real rounds cost at least this), one target pass t(γ + 1) —
+    :func:`~specbound.theory.speedup.perfect_draft_throughput` at B = 1 on the run's own curves (the
+    calibration as corrected by the passes the run timed). No drafter of this draft's cost exceeds it;
+    returns (γ, speed-up), (0, 1.0) when not even a perfect draft pays."""
+    from ..theory.speedup import perfect_draft_throughput
+
+    ks = costs.measurement.target.ks
+    verify = CostProfile(tuple(ks), tuple(float(costs.target(k)) for k in ks))
+    d1 = float(costs.draft(1))
+    gamma, rate = perfect_draft_throughput(1, [g * d1 for g in range(1, max_gamma + 1)], verify)
+    return gamma, rate * float(verify(1))

@@ -107,6 +107,12 @@ class Drafter(ABC):
         if budget is not None:
             budget.costs.drop_if_stale()
 
+    def cost_model(self) -> CostModel | None:
+        """The pair's cost model this drafter sized its drafts with, corrected by the run (None: a
+        drafter of fixed shape, which never calibrates)."""
+        budget = getattr(self, "budget", None)
+        return budget.costs if budget is not None else None
+
     def describe(self) -> str:
         return self.name
 

@@ -92,6 +92,9 @@ class ShapeDrafter(Drafter):
         self.chain.start(target, prompt)
         self.calibration_time = self.chain.calibration_time
 
+    def cost_model(self):
+        return self.chain.cost_model()
+
     def propose(self, committed, max_depth, generator):
         name = self.choice.choose()
         drafter = self.shapes[name]
