@@ -80,6 +80,15 @@ def test_predictions_follow_the_formulas_and_measurements_fill_in(tmp_path):
     assert "Predicted vs measured" in paths["md"].read_text()
     assert "Chain with block verification" in paths["md"].read_text()
     from specbound.experiments.advise_report import advise_markdown
+    # a checked setting that measured faster than the recommendation is named beside it, and only then
+    m = advice.modes["greedy"]
+    other = next(s for s in m.chain.values() if s.measured is not None and s.label != m.best.label)
+    for s in list(m.chain.values()) + list(m.tree.values()) + list(m.block.values()) + m.shapes:
+        s.measured = None if s.measured is None else 1.0
+    other.measured, m.best.measured = 1.5, 1.2
+    assert f"Measured best of the checked settings (greedy): **{other.label}**, 1.50×" in advise_markdown(advice, exports)
+    other.measured = 1.1
+    assert "Measured best of the checked settings (greedy)" not in advise_markdown(advice, exports)
     advice.costs["draft_spread"][1] = 0.6                 # a burst of outside load during the calibration
     assert "measured on a busy machine" in advise_markdown(advice, exports)
 

@@ -60,6 +60,25 @@ def _batch_pass_lines(batch: dict, context: int | None = None) -> list[str]:
                        str(p.rounds)] for B, p in measured]), ""]
 
 
+def _measured_best_lines(advice: Advice) -> list[str]:
+    """Where the checks measured another setting faster than the recommended one, say so: the
+    recommendation (and the exports) follow the prediction, the user may prefer the measurement."""
+    lines = []
+    for mode, m in advice.modes.items():
+        if m.best is None or m.best.measured is None or not m.pays:
+            continue
+        checked = [s for s in list(m.chain.values()) + list(m.tree.values()) + list(m.block.values()) + m.shapes
+                   if s.measured is not None]
+        top = max(checked, key=lambda s: s.measured)
+        if top.label != m.best.label and top.measured > m.best.measured:
+            lines += [f"Measured best of the checked settings ({mode}): **{top.label}**, {top.measured:.2f}× "
+                      f"(predicted {top.predicted:.2f}×), where the recommended {m.best.label} measured "
+                      f"{m.best.measured:.2f}× ({top.measured / m.best.measured - 1:+.0%}); a few held-out prompts "
+                      "on a machine whose plain decoding moves by ~10% between runs — run it on your prompts "
+                      f"(`specbound generate {top.command()}`) before trusting either.", ""]
+    return lines
+
+
 def _perfect(b) -> str:
     """The perfect-draft bound of one batch size: total tok/s (× plain, its chain length)."""
     if b.perfect_draft is None:
@@ -187,6 +206,7 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                   md_table(["mode", "setting", "predicted", "measured", "measured / predicted"],
                            [[a, b, _x(p), _x(q), fmt(r, 2)] for a, b, p, q, r in rows]), "",
                   f"Median |measured/predicted − 1| = {statistics.median(errors):.0%} over {len(rows)} settings.", ""]
+        lines += _measured_best_lines(advice)
     lines += ["## Export for serving engines", ""]
     for engine, text in exports.items():
         lines += [f"### {engine}", "", "```", text.rstrip(), "```", ""]
