@@ -185,6 +185,38 @@ def test_the_kept_copy_reads_back_the_same_target(tmp_path):
         torch.testing.assert_close(_build(again, False)(input_ids=ids).logits, _build(parts, False)(input_ids=ids).logits,
                                    rtol=0, atol=0)
     assert parts["tokenizer"].get_vocab().items() <= again["tokenizer"].get_vocab().items()
+    # a safetensors file other tools read: the same tensors, bit for bit
+    from safetensors.numpy import load_file
+
+    kept = load_file(str(tmp_path / "copy" / "kquant.safetensors"))
+    for name, packed in parts["layers"].items():
+        assert np.array_equal(kept[f"{name}.codes"], np.asarray(packed["codes"]))
+        assert np.array_equal(kept[f"{name}.d"], np.asarray(packed["d"]))
+    for name, value in parts["floats"].items():
+        assert np.array_equal(kept[name], value.numpy())
+
+
+def test_a_streamed_copy_is_the_same_copy(tmp_path):
+    """A first load streams the GGUF file's tensors into the copy one at a time (``parts["tensors"]``,
+    a generator that is consumed once): the files are byte for byte those of the in-memory write."""
+    from specbound.models.kquant import write_kquant_cache
+
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"stands in for the GGUF file")
+    parts = _tiny_parts(5)
+    write_kquant_cache(tmp_path / "whole", source, parts)
+    consumed = []
+
+    def stream():
+        for name, value in list(parts["layers"].items()) + list(parts["floats"].items()):
+            consumed.append(name)
+            yield name, value
+
+    write_kquant_cache(tmp_path / "streamed", source, {"config": parts["config"], "tokenizer": parts["tokenizer"],
+                                                       "tensors": stream()})
+    assert len(consumed) == len(parts["layers"]) + len(parts["floats"])
+    for name in ("kquant.safetensors", "kquant.json"):
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "streamed" / name).read_bytes()
 
 
 def test_a_damaged_or_foreign_copy_is_not_used(tmp_path, capsys):

@@ -300,10 +300,9 @@ def _hf_name(gguf_name: str) -> str:
     raise SpecboundError(f"unexpected GGUF tensor {gguf_name!r}")
 
 
-def _read_gguf(path: Path) -> dict:
-    """The parts of a qwen2 GGUF file a K-quant target is built from: packed K-quant layers by Hugging
-    Face module name, float tensors (norms, biases), config and tokenizer (parsed from the file's
-    metadata by transformers)."""
+def _open_gguf(path: Path):
+    """``(reader, config, tokenizer)`` of a qwen2 GGUF file: its tensors not yet read, its config and
+    tokenizer parsed from the file's metadata by transformers."""
     import gguf
     from transformers import AutoConfig, AutoTokenizer
 
@@ -312,19 +311,50 @@ def _read_gguf(path: Path) -> dict:
     arch = bytes(field.parts[field.data[0]]).decode() if field is not None else "?"
     if arch not in KQUANT_ARCHITECTURES:
         raise SpecboundError(f"{path.name}: architecture {arch!r}; the K-quant target reads {KQUANT_ARCHITECTURES}")
-    floats, layers = {}, {}
+    with parsed_once(path, reader):
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    return reader, config, tokenizer
+
+
+def _gguf_tensors(reader, path: Path):
+    """The file's tensors one at a time, by Hugging Face name: a packed K-quant layer (dict, the name
+    without ".weight") or a float tensor (norms, biases). Each tensor's mapped pages are released once it
+    is unpacked, so streaming them into the on-disk copy never holds the file and its copy at once."""
     for t in reader.tensors:
         kind = t.tensor_type.name
         if kind == "F32":
             shape = tuple(reversed([int(n) for n in t.shape]))
-            floats[_hf_name(t.name)] = torch.from_numpy(np.array(t.data, dtype=np.float32).reshape(shape).copy())
+            yield _hf_name(t.name), torch.from_numpy(np.array(t.data, dtype=np.float32).reshape(shape).copy())
         elif kind in KQUANT_KINDS:
-            layers[_hf_name(t.name)[: -len(".weight")]] = pack_q4_k(t.data) if kind == "Q4_K" else pack_q6_k(t.data)
+            yield _hf_name(t.name)[: -len(".weight")], pack_q4_k(t.data) if kind == "Q4_K" else pack_q6_k(t.data)
         else:
             raise SpecboundError(f"{path.name}: tensor {t.name} is {kind}; the K-quant target reads Q4_K and Q6_K only")
-    with parsed_once(path, reader):
-        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        _release_pages(reader, int(t.data_offset), int(t.n_bytes))
+
+
+def _release_pages(reader, offset: int, length: int) -> None:
+    """Drop the resident pages of ``length`` bytes at ``offset`` of the reader's read-only map of the
+    file (they are read again from the file if touched; nothing is lost). Best effort."""
+    import mmap
+
+    buffer = getattr(reader.data, "_mmap", None)
+    if buffer is None or not hasattr(buffer, "madvise") or length <= 0:
+        return
+    start = offset - offset % mmap.PAGESIZE
+    try:
+        buffer.madvise(mmap.MADV_DONTNEED, start, min(offset + length, len(buffer)) - start)
+    except (OSError, ValueError):
+        pass
+
+
+def _read_gguf(path: Path) -> dict:
+    """The parts of a qwen2 GGUF file a K-quant target is built from, in memory: packed K-quant layers by
+    Hugging Face module name, float tensors (norms, biases), config and tokenizer."""
+    reader, config, tokenizer = _open_gguf(path)
+    layers, floats = {}, {}
+    for name, value in _gguf_tensors(reader, path):
+        (layers if isinstance(value, dict) else floats)[name] = value
     return {"layers": layers, "floats": floats, "config": config, "tokenizer": tokenizer}
 
 
@@ -394,13 +424,18 @@ def load_gguf_kquant(path, portable: bool = False, cache_dir=None):
     does not match is rebuilt (:func:`read_kquant_cache`)."""
     load_kernel()
     path = Path(path)
-    if cache_dir is not None:
-        parts = read_kquant_cache(Path(cache_dir), path)
-        if parts is None:
-            parts = _read_gguf(path)
-            write_kquant_cache(Path(cache_dir), path, parts)
-    else:
+    if cache_dir is None:
         parts = _read_gguf(path)
+    else:
+        parts = read_kquant_cache(Path(cache_dir), path)
+        if parts is None:             # unpacked tensor by tensor straight into the copy, then read as a warm run
+            reader, config, tokenizer = _open_gguf(path)
+            write_kquant_cache(Path(cache_dir), path, {"config": config, "tokenizer": tokenizer,
+                                                       "tensors": _gguf_tensors(reader, path)})
+            del reader
+            parts = read_kquant_cache(Path(cache_dir), path)
+            if parts is None:
+                raise SpecboundError(f"the K-quant copy just written to {cache_dir} does not read back")
     return _build(parts, portable), parts["tokenizer"]
 
 
@@ -415,32 +450,66 @@ def _source_stamp(path: Path) -> dict:
 
 
 def write_kquant_cache(directory: Path, source: Path, parts: dict) -> None:
-    """Write ``parts`` into ``directory`` (replaced whole: written next to it, then renamed)."""
+    """Write ``parts`` into ``directory`` (replaced whole: written next to it, then renamed). The tensors
+    are ``parts["layers"]`` and ``parts["floats"]`` (dicts), or ``parts["tensors"]``: (name, packed layer
+    dict or float tensor) pairs, streamed — each is written and dropped before the next is made, so a
+    first load never holds the whole unpacked model in memory beside the file it came from."""
+    import itertools
     import shutil
-
-    from safetensors.torch import save_file
 
     directory = Path(directory)
     tmp = directory.with_name(directory.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    tensors, layers = {}, {}
-    for name, packed in parts["layers"].items():
-        layers[name] = {"kind": int(packed["kind"]), "shape": list(packed["shape"])}
-        for field in _PACKED_FIELDS:
-            if packed.get(field) is not None:
-                tensors[f"{name}.{field}"] = torch.as_tensor(np.ascontiguousarray(packed[field]))
-    for name, value in parts["floats"].items():
-        tensors[name] = value.contiguous()
-    save_file(tensors, str(tmp / "kquant.safetensors"), metadata={"format": KQUANT_FORMAT})
+    tensors = parts.get("tensors")
+    if tensors is None:
+        tensors = itertools.chain(parts["layers"].items(), parts["floats"].items())
+    header, layers, floats, offset = {}, {}, [], 0
+    with open(tmp / "kquant.data", "wb") as data:
+        def put(key: str, array) -> None:
+            nonlocal offset
+            array = np.ascontiguousarray(array.numpy() if isinstance(array, torch.Tensor) else array)
+            dtype = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}.get(array.dtype)
+            if dtype is None:
+                raise SpecboundError(f"{key}: dtype {array.dtype} cannot be kept in the K-quant copy")
+            data.write(array.tobytes())
+            header[key] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+            offset += array.nbytes
+
+        for name, value in tensors:
+            if isinstance(value, dict):
+                layers[name] = {"kind": int(value["kind"]), "shape": list(value["shape"])}
+                for field in _PACKED_FIELDS:
+                    if value.get(field) is not None:
+                        put(f"{name}.{field}", value[field])
+            else:
+                floats.append(name)
+                put(name, value.detach().float() if value.dtype != torch.float32 else value.detach())
+    _join_safetensors(tmp / "kquant.data", tmp / "kquant.safetensors",
+                      dict(header, __metadata__={"format": KQUANT_FORMAT}))
     parts["config"].save_pretrained(str(tmp))
     parts["tokenizer"].save_pretrained(str(tmp))
     files = {f.name: f.stat().st_size for f in tmp.iterdir() if f.is_file()}
     (tmp / "kquant.json").write_text(json.dumps({"format": KQUANT_FORMAT, "source": _source_stamp(source),
-                                                 "layers": layers, "floats": sorted(parts["floats"]),
+                                                 "layers": layers, "floats": sorted(floats),
                                                  "files": files}, indent=1), encoding="utf-8")
     shutil.rmtree(directory, ignore_errors=True)
     tmp.rename(directory)
+
+
+def _join_safetensors(data_path: Path, path: Path, header: dict) -> None:
+    """A safetensors file (8-byte little-endian header size, the JSON header padded with spaces to a
+    multiple of 8, the tensors' bytes) from a header and the bytes written at its offsets; the data
+    file is removed."""
+    import shutil
+
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as out, open(data_path, "rb") as data:
+        out.write(len(text).to_bytes(8, "little"))
+        out.write(text)
+        shutil.copyfileobj(data, out, 16 << 20)
+    data_path.unlink()
 
 
 def read_kquant_cache(directory: Path, source: Path) -> dict | None:
