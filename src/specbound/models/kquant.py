@@ -348,6 +348,19 @@ def _release_pages(reader, offset: int, length: int) -> None:
         pass
 
 
+def _convert_gguf(path: Path, directory: Path) -> None:
+    """Unpack a GGUF file into its K-quant copy in ``directory``, tensor by tensor; the parse (its
+    151k-token vocabulary: ~0.6 GB of Python objects for the packaged target) is dropped before the
+    model is built from the copy."""
+    import gc
+
+    reader, config, tokenizer = _open_gguf(path)
+    write_kquant_cache(directory, path, {"config": config, "tokenizer": tokenizer,
+                                         "tensors": _gguf_tensors(reader, path)})
+    del reader, config, tokenizer
+    gc.collect()
+
+
 def _read_gguf(path: Path) -> dict:
     """The parts of a qwen2 GGUF file a K-quant target is built from, in memory: packed K-quant layers by
     Hugging Face module name, float tensors (norms, biases), config and tokenizer."""
@@ -429,10 +442,7 @@ def load_gguf_kquant(path, portable: bool = False, cache_dir=None):
     else:
         parts = read_kquant_cache(Path(cache_dir), path)
         if parts is None:             # unpacked tensor by tensor straight into the copy, then read as a warm run
-            reader, config, tokenizer = _open_gguf(path)
-            write_kquant_cache(Path(cache_dir), path, {"config": config, "tokenizer": tokenizer,
-                                                       "tensors": _gguf_tensors(reader, path)})
-            del reader
+            _convert_gguf(path, Path(cache_dir))
             parts = read_kquant_cache(Path(cache_dir), path)
             if parts is None:
                 raise SpecboundError(f"the K-quant copy just written to {cache_dir} does not read back")

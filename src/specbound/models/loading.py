@@ -186,22 +186,31 @@ def load_model(name_or_path, progress: bool = True, prepack: bool = True, int8: 
     return wrapped
 
 
-def load_gguf_model(name_or_path, progress: bool = True, quant: str = "file", role: str = "target"):
-    """A packaged model's GGUF file (assembled and verified once) or a ``.gguf`` path, on llama.cpp.
-    ``quant`` other than "file" loads the file re-quantised (drafts only: :mod:`specbound.models.requant`).
-    ``role="draft"`` opens it with :data:`~specbound.models.llamacpp.DRAFT_CONTEXT` (less memory; a
-    draft's numerics never change the output law); a target keeps the batch-invariant defaults."""
+def gguf_file(name_or_path, progress: bool = True, quant: str = "file") -> Path:
+    """The GGUF file llama.cpp reads for ``name_or_path``: a packaged model's file (assembled and
+    verified once) or the given path, re-quantised to ``quant`` unless "file" (built once, cached;
+    :mod:`specbound.models.requant`). Cheap once made: a check of the cached copies' sizes."""
     from ..assets.gguf import gguf_path
-    from .llamacpp import DRAFT_CONTEXT, LlamaCppModel
 
     check_draft_quant(quant)
-    if role not in ("target", "draft"):
-        raise SpecboundError(f"role must be 'target' or 'draft', got {role!r}")
     path = gguf_path(str(name_or_path), progress=progress) if is_packaged_name(name_or_path) else name_or_path
     if quant != "file":
         from .requant import requantized_gguf
 
         path = requantized_gguf(path, quant, progress=progress)
+    return Path(path)
+
+
+def load_gguf_model(name_or_path, progress: bool = True, quant: str = "file", role: str = "target"):
+    """A packaged model's GGUF file (assembled and verified once) or a ``.gguf`` path, on llama.cpp.
+    ``quant`` other than "file" loads the file re-quantised (drafts only: :mod:`specbound.models.requant`).
+    ``role="draft"`` opens it with :data:`~specbound.models.llamacpp.DRAFT_CONTEXT` (less memory; a
+    draft's numerics never change the output law); a target keeps the batch-invariant defaults."""
+    from .llamacpp import DRAFT_CONTEXT, LlamaCppModel
+
+    if role not in ("target", "draft"):
+        raise SpecboundError(f"role must be 'target' or 'draft', got {role!r}")
+    path = gguf_file(name_or_path, progress, quant)
     settings = DRAFT_CONTEXT if role == "draft" else {}
     return LlamaCppModel(path, name=str(name_or_path) if quant == "file" else f"{name_or_path}@{quant}", **settings)
 
@@ -242,6 +251,8 @@ def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = Tr
     check_precision(target_precision)
     check_draft_quant(draft_quant)
     draft_engine = resolve_draft_engine(draft_engine)
+    if draft_engine == "llamacpp":         # make the draft's file first (a first run re-quantises it: ~0.4 GB
+        gguf_file(draft or DEFAULT_DRAFT, progress, draft_quant)     # of work buffers, not beside the target)
     target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack, precision=target_precision,
                               compiled=compiled)
     if draft_engine == "llamacpp":
