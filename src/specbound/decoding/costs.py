@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import SpecboundError
-from ..theory.speedup import CostProfile, rows_pass_seconds
+from ..theory.speedup import CostProfile, perfect_draft_throughput, rows_pass_seconds
 
 __all__ = ["COST_KS", "CostModel", "CostMeasurement", "costs_file", "load_or_measure_costs", "measure_costs",
            "perfect_draft_speedup",
@@ -362,8 +362,6 @@ def perfect_draft_speedup(costs: CostModel, max_gamma: int = 32) -> tuple[int, f
     :func:`~specbound.theory.speedup.perfect_draft_throughput` at B = 1 on the run's own curves (the
     calibration as corrected by the passes the run timed). No drafter of this draft's cost exceeds it;
     returns (γ, speed-up), (0, 1.0) when not even a perfect draft pays."""
-    from ..theory.speedup import perfect_draft_throughput
-
     ks = costs.measurement.target.ks
     verify = CostProfile(tuple(ks), tuple(float(costs.target(k)) for k in ks))
     d1 = float(costs.draft(1))
