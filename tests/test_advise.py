@@ -107,3 +107,24 @@ def test_a_useless_draft_is_told_that_speculation_will_not_pay(tmp_path):
     assert rec.method == "none"
     paths = write_advice(advice, export_all(rec), tmp_path)
     assert "will not pay" in paths["md"].read_text()
+
+
+def test_a_chain_round_is_priced_with_the_reads_the_engine_makes():
+    """After a chain accepted whole, the next round's first draft read takes two tokens (the last drafted
+    one and the bonus token); after a rejection, one. With a draft whose reads cost 2 ms per token and a
+    draft that is right most of the time, advise's draft seconds per round of γ must match the engine's own
+    draft time per round (fixed γ, the same prompts). Pricing γ one-token reads alone is ~45% low at
+    γ = 1 here and fails; the tolerance (15%) covers sleep overshoot and Python around the reads."""
+    target, draft = chain_models(2, 5, concentration=0.3, noise=0.05, draft_seed=3)
+    target, draft = SleepyModel(target, lambda k: 2e-3), SleepyModel(draft, lambda k: 2e-3 * k)
+    prompts, tokens = [[0, 1], [2, 3]], 30
+    config = AdviseConfig(engine="torch", n_prompts=2, tokens=tokens, positions=4, chain_gamma=6, repeats=1,
+                          modes=("greedy",))
+    m = advise(target, draft, prompts, config).modes["greedy"]
+    for g in (1, 2, 4):
+        runs = [speculative_decode(target, draft, p, tokens, gamma=g, temperature=0.0).metrics for p in prompts]
+        whole = sum(a == g for r in runs for a in r.accepted_per_step[:-1]) / sum(r.target_calls for r in runs)
+        if g == 1:
+            assert whole > 0.5                 # the case the two-token read matters in
+        measured = sum(r.draft_time for r in runs) / sum(r.target_calls for r in runs)
+        assert m.chain[g].draft_seconds == pytest.approx(measured, rel=0.15), g

@@ -90,3 +90,24 @@ def test_speed_of_light_speedup_picks_the_capacity_by_hand():
     assert speed_of_light_speedup({1: 0.8, 3: 1.9, 7: 2.6}, CostProfile.constant()) == (7, pytest.approx(3.6))
     with pytest.raises(SpecboundError, match="at least one capacity"):
         speed_of_light_speedup({}, cost)
+
+
+def test_whole_chains_and_the_reads_they_cost():
+    """Hand-worked on matches T T F T T T F F (runs 2 1 0 3 2 1 0 0): γ = 1 rounds start at 0, 2, 3, 5, 7 and
+    accept 1, 0, 1, 1, 0 — three whole; γ = 2 starts at 0, 3, 6, 7 (2, 2, 0, 0: two whole); γ = 10 never."""
+    from specbound.errors import SpecboundError
+    from specbound.theory.speedup import (
+        chain_draft_seconds, chain_full_acceptance, greedy_chain_full_rounds, greedy_chain_rounds,
+    )
+
+    matches = [True, True, False, True, True, True, False, False]
+    assert [greedy_chain_full_rounds(matches, g) for g in (1, 2, 10, 0)] == [3, 2, 0, 0]
+    assert greedy_chain_rounds(matches, 1) == (5, 8)
+    assert chain_full_acceptance([0.9, 0.8], 2) == pytest.approx(0.72)
+    assert chain_full_acceptance([0.9, 0.8], 4) == pytest.approx(0.9 * 0.8 ** 3)     # the last rate reused
+    assert chain_full_acceptance(0.5, 0) == 1.0
+    # γ one-token reads, plus d(2) − d(1) for the share of rounds that follow a whole chain
+    assert chain_draft_seconds(3, 0.010, 0.008, 0.5) == pytest.approx(0.034)
+    assert chain_draft_seconds(0, 0.010, 0.008, 1.0) == 0.0
+    with pytest.raises(SpecboundError, match="chain_draft_seconds"):
+        chain_draft_seconds(2, 0.01, 0.008, 1.5)

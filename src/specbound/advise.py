@@ -53,8 +53,8 @@ from .measure.oracle import choose_positions, contexts_at, oracle_values
 from .seeds import derive_seed
 from .theory.bounds import MomentEstimate
 from .theory.speedup import (
-    CostProfile, expected_tokens_per_step, greedy_chain_rounds, perfect_draft_throughput, round_speedup,
-    rows_pass_seconds, shared_pass_throughput,
+    CostProfile, chain_draft_seconds, chain_full_acceptance, expected_tokens_per_step, greedy_chain_full_rounds,
+    greedy_chain_rounds, perfect_draft_throughput, round_speedup, rows_pass_seconds, shared_pass_throughput,
 )
 
 __all__ = ["AdviseConfig", "Advice", "BatchAdvice", "ModeAdvice", "Setting", "advise", "batch_advice", "batch_table",
@@ -213,12 +213,14 @@ class AcceptanceRun:
 
     alpha: list[float]
     texts: list[tuple[list[int], list[int]]]       # (prompt, generated tokens)
-    draft_seconds_per_call: float
+    draft_seconds_per_call: float                  # one-token reads (the two-token reads after whole chains taken out)
 
 
-def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> AcceptanceRun:
+def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed, catch_up: float = 0.0) -> AcceptanceRun:
     """α_i = P(position i accepted | positions < i accepted), pooled over prompts, fixed γ; prompt k
-    decodes with ``derive_seed(seed, "advise acceptance", k)`` (the same for every mode)."""
+    decodes with ``derive_seed(seed, "advise acceptance", k)`` (the same for every mode). The draft's
+    seconds per forward leave out ``catch_up`` (d(2) − d(1)) per round that accepted all γ tokens: the
+    next round's first read took two tokens (``theory.speedup.chain_draft_seconds`` adds it back per γ)."""
     reached, accepted = np.zeros(gamma), np.zeros(gamma)
     texts, draft_seconds, draft_calls = [], 0.0, 0
     for k, ids in enumerate(prompts):
@@ -227,7 +229,8 @@ def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> Ac
                                  seed=derive_seed(seed, "advise acceptance", k))
         m = res.metrics
         texts.append((list(ids), list(res.tokens)))
-        draft_seconds, draft_calls = draft_seconds + m.draft_time, draft_calls + m.draft_calls
+        whole = sum(1 for a in m.accepted_per_step[:-1] if a == gamma)     # the last round has no next read
+        draft_seconds, draft_calls = draft_seconds + m.draft_time - whole * catch_up, draft_calls + m.draft_calls
         n = min(gamma, len(m.position_reached))
         reached[:n] += m.position_reached[:n]
         accepted[:n] += m.position_accepted[:n]
@@ -237,7 +240,7 @@ def _acceptance_run(target, draft, prompts, tokens, gamma, sampling, seed) -> Ac
     for a in alpha:                                      # unseen deep positions reuse the last seen rate
         last = last if math.isnan(a) else float(a)
         out.append(last)
-    return AcceptanceRun(out, texts, draft_seconds / max(draft_calls, 1))
+    return AcceptanceRun(out, texts, max(draft_seconds, 0.0) / max(draft_calls, 1))
 
 
 def _greedy_matches(draft, texts) -> list[np.ndarray]:
@@ -282,7 +285,9 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
     modes = {}
     for mode in config.modes:
         sampling = MODES[mode]
-        run = _acceptance_run(target, draft, prompt_ids, config.tokens, config.chain_gamma, sampling, config.seed)
+        catch_up = max(float(draft_cost(2)) - float(draft_cost(1)), 0.0)      # a two-token read's extra
+        run = _acceptance_run(target, draft, prompt_ids, config.tokens, config.chain_gamma, sampling, config.seed,
+                              catch_up)
         alpha = run.alpha
         matches = _greedy_matches(draft, run.texts) if sampling.greedy else None
         chain = {}
@@ -290,9 +295,12 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             if matches:          # exact along the target's greedy texts, rounds where they really start
                 rounds = [greedy_chain_rounds(m, g) for m in matches]
                 tau = sum(n for _, n in rounds) / max(sum(r for r, _ in rounds), 1)
+                full = sum(greedy_chain_full_rounds(m, g) for m in matches) / max(sum(r for r, _ in rounds), 1)
             else:
                 tau = expected_tokens_per_step(alpha, g)
-            seconds = run.draft_seconds_per_call * g      # a draft forward as it costs inside a running chain
+                full = chain_full_acceptance(alpha, g)
+            # a draft forward as it costs inside a running chain, and the two-token read after a whole chain
+            seconds = chain_draft_seconds(g, run.draft_seconds_per_call, catch_up, full)
             chain[g] = Setting(kind="chain", size=g, expected_tokens=tau, draft_seconds=seconds, verified_tokens=g + 1,
                                predicted=float(round_speedup(tau - 1.0, seconds, verify_cost, g + 1)))
         if sampling.greedy:      # rounds along the target's own greedy texts, where they really start

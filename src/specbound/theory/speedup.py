@@ -23,8 +23,11 @@ __all__ = [
     "best_batch_gamma",
     "shared_pass_throughput",
     "best_gamma",
+    "chain_draft_seconds",
+    "chain_full_acceptance",
     "expected_speedup",
     "expected_tokens_per_step",
+    "greedy_chain_full_rounds",
     "greedy_chain_rounds",
     "perfect_draft_throughput",
     "round_speedup",
@@ -101,6 +104,49 @@ def accepted_run_lengths(matches) -> np.ndarray:
     return runs[:-1]
 
 
+def chain_full_acceptance(alpha, gamma: int) -> float:
+    """P(all γ drafted tokens of a chain accepted) = Π_{i≤γ} α_i (positional acceptance α_i, the last
+    measured rate reused beyond the measured positions, as :func:`expected_tokens_per_step`)."""
+    if gamma < 0:
+        raise SpecboundError(f"gamma must be >= 0, got {gamma}")
+    return float(np.prod(_acceptance_vector(alpha, gamma)))
+
+
+def chain_draft_seconds(gamma: int, read_seconds: float, catch_up_seconds: float, full_rate: float) -> float:
+    """Seconds of the draft's reads in one round of a chain of γ, as the engine makes them: γ reads of
+    one token (the draft feeds each drafted token to propose the next), except that after a round whose
+    γ tokens were all accepted the next round's first read takes two — the last drafted token, never fed,
+    and the bonus token — where after a rejection it takes one (the recovered token). With a fraction
+    ``full_rate`` of fully accepted rounds (:func:`chain_full_acceptance`, or counted along greedy texts by
+    :func:`greedy_chain_full_rounds`), a round costs on average
+
+        γ · read + full_rate · catch_up,   catch_up = d(2) − d(1).
+
+    Short chains are accepted whole more often, so they pay it more often (γ = 2 on GSM8K: ~3 rounds in 4)."""
+    if gamma < 0 or read_seconds < 0 or catch_up_seconds < 0 or not 0.0 <= full_rate <= 1.0:
+        raise SpecboundError(f"chain_draft_seconds needs γ, seconds >= 0 and a rate in [0, 1], got "
+                             f"{gamma}, {read_seconds}, {catch_up_seconds}, {full_rate}")
+    return float(gamma * read_seconds + (full_rate * catch_up_seconds if gamma > 0 else 0.0))
+
+
+def _greedy_chain_walk(matches, gamma: int):
+    """The accepted drafted tokens of each round of a greedy chain of γ along one text (see
+    :func:`greedy_chain_rounds`)."""
+    if gamma < 0:
+        raise SpecboundError(f"gamma must be >= 0, got {gamma}")
+    runs = accepted_run_lengths(matches)
+    pos = 0
+    while pos < len(runs):
+        accepted = min(int(runs[pos]), gamma)
+        yield accepted
+        pos += accepted + 1
+
+
+def greedy_chain_full_rounds(matches, gamma: int) -> int:
+    """How many rounds of :func:`greedy_chain_rounds` accept all γ drafted tokens (γ ≥ 1)."""
+    return sum(1 for accepted in _greedy_chain_walk(matches, gamma) if gamma > 0 and accepted == gamma)
+
+
 def greedy_chain_rounds(matches, gamma: int) -> tuple[int, int]:
     """(rounds, tokens) of greedy chain SD with a fixed draft length γ along one text (renewal-reward).
 
@@ -112,14 +158,8 @@ def greedy_chain_rounds(matches, gamma: int) -> tuple[int, int]:
     runs on code) count as it does in a real run: a per-position acceptance rate α_i multiplied
     into Π α_i (:func:`expected_tokens_per_step`) assumes the positions independent and
     misprices long chains."""
-    if gamma < 0:
-        raise SpecboundError(f"gamma must be >= 0, got {gamma}")
-    runs = accepted_run_lengths(matches)
-    n, pos, rounds = len(runs), 0, 0
-    while pos < n:
-        pos += min(int(runs[pos]), gamma) + 1
-        rounds += 1
-    return rounds, n
+    rounds = sum(1 for _ in _greedy_chain_walk(matches, gamma))
+    return rounds, len(matches)
 
 
 def step_seconds(gamma: int, draft_cost: float, verify_cost: CostProfile) -> float:
