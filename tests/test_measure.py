@@ -16,11 +16,13 @@ CONTEXTS = [[0, 1], [2, 3, 4], [1], [4, 0, 2, 2]]
 def _brute_force(target: MarkovChain, draft: MarkovChain, contexts, capacities, temperature):
     """Best-first top-P tree of the draft by path probability q(v) (enumerated with a heap: a prefix is
     never less likely than its extensions), the target's path probability of each node (one-hot arg-max
-    laws at T = 0), E[X | T(P)] = Σ_{v ∈ T(P)} p_target(v) and nodes per depth; means over contexts."""
+    laws at T = 0), E[X | T(P)] = Σ_{v ∈ T(P)} p_target(v), nodes per depth, and the probability that the
+    accepted path ends at the deepest level (Σ of p_target(v) over the deepest nodes); means over contexts."""
     Q, T = draft.transitions, target.transitions
     law = (lambda s: np.eye(len(T))[np.argmax(T[s])]) if temperature == 0 else (lambda s: T[s])
     pmax = max(capacities)
     values = np.zeros((len(contexts), len(capacities)))
+    whole = np.zeros((len(contexts), len(capacities)))
     widths = [np.zeros(pmax + 1) for _ in capacities]
     for c, context in enumerate(contexts):
         heap = [(-Q[context[-1], t], 1, (t,), law(context[-1])[t]) for t in range(len(Q))]
@@ -33,9 +35,11 @@ def _brute_force(target: MarkovChain, draft: MarkovChain, contexts, capacities, 
                 heapq.heappush(heap, (negq * Q[path[-1], t], depth + 1, path + (t,), p * law(path[-1])[t]))
         for j, P in enumerate(capacities):
             values[c, j] = sum(p for _, p in chosen[:P])
+            deepest = max(depth for depth, _ in chosen[:P])
+            whole[c, j] = sum(p for depth, p in chosen[:P] if depth == deepest)
             for depth, _ in chosen[:P]:
                 widths[j][depth] += 1
-    return values.mean(axis=0), [w / len(contexts) for w in widths]
+    return values.mean(axis=0), [w / len(contexts) for w in widths], whole.mean(axis=0)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -43,10 +47,12 @@ def test_dynamic_tree_values_equal_brute_force(temperature):
     from specbound.measure.drafter_values import dynamic_tree_values
 
     target, draft = chain_pair(2, 5, concentration=0.3, noise=0.1, draft_seed=3)
-    values, widths, _ = dynamic_tree_values(ChainModel(target), ChainModel(draft), CONTEXTS, CAPACITIES,
-                                            SamplingConfig(temperature), seed=0)
-    want_values, want_widths = _brute_force(target, draft, CONTEXTS, CAPACITIES, temperature)
+    values, widths, _, whole = dynamic_tree_values(ChainModel(target), ChainModel(draft), CONTEXTS, CAPACITIES,
+                                                   SamplingConfig(temperature), seed=0)
+    want_values, want_widths, want_whole = _brute_force(target, draft, CONTEXTS, CAPACITIES, temperature)
     np.testing.assert_allclose(values, want_values, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(whole, want_whole, rtol=1e-12, atol=1e-12)
+    assert np.all(whole[1:] < values[1:])          # wider trees: part of the value ends above the deepest level
     for got, want in zip(widths, want_widths):
         np.testing.assert_allclose(got, want, atol=1e-12)
 
@@ -84,7 +90,7 @@ def test_greedy_tree_rounds_follow_the_text_round_by_round():
 
     got = greedy_tree_rounds(ChainModel(draft), texts, CAPACITIES, SamplingConfig(0.0))
     for j, P in enumerate(CAPACITIES):
-        rounds = tokens = 0
+        rounds = tokens = whole = 0
         for prompt, text in texts:
             pos = 0
             while pos < len(text):
@@ -93,9 +99,11 @@ def test_greedy_tree_rounds_follow_the_text_round_by_round():
                 accepted = 0
                 while accepted < len(text) - pos and tuple(text[pos:pos + accepted + 1]) in paths:
                     accepted += 1
+                whole += accepted == max(len(path) for path in paths)      # ended at the deepest level
                 pos, rounds = pos + accepted + 1, rounds + 1
             tokens += len(text)
         assert got.values[j] == pytest.approx(tokens / rounds - 1.0, abs=1e-12)
+        assert got.whole[j] == pytest.approx(whole / rounds, abs=1e-12)
         reads = got.reads[j]
         assert reads[1] >= 1.0                                   # the root read, every round
         if P == 1:                                               # a chain: one token per read

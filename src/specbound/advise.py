@@ -309,8 +309,8 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             trees = dynamic_tree_values(target, draft, contexts, CAPACITIES, sampling,
                                         derive_seed(config.seed, "advise tree values", mode))
         tree = {}
-        for j, P in enumerate(CAPACITIES):
-            seconds = _tree_draft_seconds(trees.reads[j], draft_cost)
+        for j, P in enumerate(CAPACITIES):       # its reads, and the two-token read after a path to a leaf
+            seconds = _tree_draft_seconds(trees.reads[j], draft_cost) + float(trees.whole[j]) * catch_up
             value = float(trees.values[j])
             tree[P] = Setting(kind="tree", size=P, expected_tokens=1.0 + value, draft_seconds=seconds,
                               verified_tokens=P + 1, predicted=float(round_speedup(value, seconds, verify_cost, P + 1)))

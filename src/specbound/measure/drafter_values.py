@@ -143,11 +143,15 @@ class TreeValues(NamedTuple):
     """Per capacity P (index j of ``capacities``): ``values[j]`` — mean E[X | T_dyn(P)] (greedy along
     texts: mean accepted drafted tokens per round); ``widths[j][d]`` — mean nodes at depth d of the
     tree; ``reads[j][k]`` — mean draft calls reading k tokens per proposal (the root re-read included),
-    which is what drafting the tree costs: Σ_k reads[j][k] · d(k)."""
+    which is what drafting the tree costs: Σ_k reads[j][k] · d(k); ``whole[j]`` — the share of rounds
+    whose accepted path ends at the tree's deepest level, whose nodes the drafter never read: the next
+    round's first draft read then takes two tokens (that node and the bonus token), as after a chain
+    accepted whole (``theory.speedup.chain_draft_seconds``)."""
 
     values: np.ndarray
     widths: list[np.ndarray]
     reads: list[np.ndarray]
+    whole: np.ndarray | None = None
 
 
 def _read_counts(reads: list[int], size: int) -> np.ndarray:
@@ -177,6 +181,7 @@ def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sa
     caps = [int(c) for c in capacities]
     pmax = max(caps)
     values = np.zeros((len(contexts), len(caps)))
+    whole = np.zeros((len(contexts), len(caps)))
     widths = [np.zeros(pmax + 1) for _ in caps]
     reads = [np.zeros(pmax + 1) for _ in caps]
     t_ctx, d_ctx = PromptContext(target), PromptContext(draft)
@@ -190,6 +195,10 @@ def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sa
         for j, P in enumerate(caps):
             n = min(P, len(at.running))
             values[c, j] = at.running[n - 1] if n else 0.0
+            if n:                    # P(the accepted path ends at the deepest level): its nodes' path probabilities
+                path = np.diff(np.concatenate([[0.0], np.asarray(at.running[:n], dtype=np.float64)]))
+                deepest = max(at.depths[:n])
+                whole[c, j] = float(sum(p for p, d in zip(path, at.depths[:n]) if d == deepest))
             for d in at.depths[:n]:
                 widths[j][d] += 1
             read = at.reads if P == pmax else _propose_dynamic(draft, context, P, rank, generator, P)[1]
@@ -197,7 +206,7 @@ def dynamic_tree_values(target, draft, contexts: list[list[int]], capacities, sa
     target.reset()
     draft.reset()
     n = max(len(contexts), 1)
-    return TreeValues(values.mean(axis=0), [w / n for w in widths], [r / n for r in reads])
+    return TreeValues(values.mean(axis=0), [w / n for w in widths], [r / n for r in reads], whole.mean(axis=0))
 
 
 def _rank_config(sampling: SamplingConfig) -> SamplingConfig:
@@ -232,6 +241,7 @@ def greedy_tree_rounds(draft, texts: list[tuple[list[int], list[int]]], capaciti
     pmax = max(caps)
     rank = _rank_config(sampling)
     values = np.zeros(len(caps))
+    whole = np.zeros(len(caps))
     widths = [np.zeros(pmax + 1) for _ in caps]
     reads = [np.zeros(pmax + 1) for _ in caps]
     generator = make_generator(0)            # unused: the dynamic tree draws nothing
@@ -245,17 +255,20 @@ def greedy_tree_rounds(draft, texts: list[tuple[list[int], list[int]]], capaciti
                 d_ctx.set(context)
                 tree, read = _propose_dynamic(draft, context, P, rank, generator, len(text) - pos)
                 accepted = accepted_along(tree, text[pos:])
-                for d in tree.depths.tolist():
+                depths = tree.depths.tolist()
+                whole[j] += bool(depths) and accepted == max(depths)
+                for d in depths:
                     widths[j][d] += 1
                 reads[j] += _read_counts(read, pmax)
                 pos += accepted + 1
                 rounds += 1
             tokens += len(text)
         values[j] = tokens / max(rounds, 1) - 1.0
+        whole[j] /= max(rounds, 1)
         widths[j] /= max(rounds, 1)
         reads[j] /= max(rounds, 1)
     draft.reset()
-    return TreeValues(values, widths, reads)
+    return TreeValues(values, widths, reads, whole)
 
 
 class ChainVerificationValues(NamedTuple):
