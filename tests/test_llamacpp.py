@@ -738,3 +738,22 @@ def test_a_failed_joint_read_leaves_every_row_intact(paths, reference):
     rows[1].close()
     with pytest.raises(SpecboundError, match="closed"):
         rows[1].forward(torch.tensor([[1]]))
+
+
+def test_a_dynamic_tree_stops_reading_where_the_draft_cache_is_full(paths, target, monkeypatch):
+    """llama.cpp keeps one sequence per cached leaf (256 at most). A best-first tree reads nodes that can
+    later fall out of its top P, so its reads can outnumber P many times over (seen: 327 read for P = 64 at
+    T = 1 on a real draft, which failed mid-proposal). It stops reading at the draft's ``max_tree_nodes``;
+    the output is still the target's. Without the stop the same decode fails on a 4-sequence draft."""
+    from specbound.decoding.engine import autoregressive_decode
+    from specbound.models.llamacpp import LlamaCppModel
+
+    small = make(paths["draft"], n_ctx=512, max_sequences=4, identity=None)
+    assert small.max_tree_nodes == 3
+    plain = autoregressive_decode(target, [1, 2, 3], 24, temperature=0.0)
+    out = speculative_decode(target, small, [1, 2, 3], 24, tree=32, temperature=0.0)
+    assert out.tokens == plain.tokens and out.metrics.target_calls < 24
+    monkeypatch.setattr(LlamaCppModel, "max_tree_nodes", property(lambda self: None))
+    with pytest.raises(SpecboundError, match="max_sequences=4"):
+        speculative_decode(target, make(paths["draft"], n_ctx=512, max_sequences=4, identity=None), [1, 2, 3], 24,
+                           tree=32, temperature=0.0)

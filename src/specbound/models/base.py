@@ -171,6 +171,10 @@ class LanguageModel(ABC):
     info: ModelInfo = ModelInfo()
     #: Optional tokenizer for text I/O (Hugging Face style: encode/decode).
     tokenizer = None
+    #: Most tree nodes this cache can hold beyond its chain (None: no limit). llama.cpp keeps a sequence
+    #: per leaf of a cached tree and opens at most 256; drafters that read more nodes than they keep
+    #: (the dynamic tree, best-first) stop reading there.
+    max_tree_nodes: int | None = None
 
     @abstractmethod
     def reset(self) -> None:

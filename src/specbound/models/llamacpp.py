@@ -399,6 +399,11 @@ class LlamaCppModel(SlotCacheModel):
         self._slot_seqs: list[list[int]] = []   # per tree slot: sequences through it (first = for attention)
         self._tips: dict[int, int] = {self._seq_base: -1}   # sequence -> deepest slot of its path (-1: empty)
 
+    @property
+    def max_tree_nodes(self) -> int:
+        """Tree nodes a read may leave cached: every leaf holds a sequence, the chain one more."""
+        return self.max_sequences - 1
+
     def _own_sequences(self) -> range:
         """The llama.cpp sequence ids of this cache (all of the context's unless it is a batch's row)."""
         return range(self._seq_base, self._seq_base + self._seq_stride * self._sequences, self._seq_stride)

@@ -124,6 +124,7 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
             return sorted(range(len(tok)), key=lambda i: (-value[i], depth[i], i))[:cap]
 
         add_children(-1, self.cache.start(committed))
+        room = getattr(self.model, "max_tree_nodes", None)      # nodes the draft's cache can hold (llama.cpp)
         for d in range(1, min(max_depth, b.max_depth if b is not None else max_depth)):
             order = ranked()
             if b is not None:
@@ -133,6 +134,8 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
                 level = level[:self.width]
             if b is not None:
                 level = level[:self._expansion_width(level, value, order, par, conf, t0)]
+            if room is not None:         # read nodes can fall out of the top P later, so reads can outnumber P
+                level = level[:max(room - self.model.cache_length + self.model.committed_length, 0)]
             if not level:
                 break
             rows = self.cache.read(level, [tok[i] for i in level], [par[i] for i in level])
