@@ -144,9 +144,11 @@ class TreeValues(NamedTuple):
     texts: mean accepted drafted tokens per round); ``widths[j][d]`` — mean nodes at depth d of the
     tree; ``reads[j][k]`` — mean draft calls reading k tokens per proposal (the root re-read included),
     which is what drafting the tree costs: Σ_k reads[j][k] · d(k); ``whole[j]`` — the share of rounds
-    whose accepted path ends at the tree's deepest level, whose nodes the drafter never read: the next
-    round's first draft read then takes two tokens (that node and the bonus token), as after a chain
-    accepted whole (``theory.speedup.chain_draft_seconds``)."""
+    whose accepted path ends at the tree's deepest level, whose nodes the drafter did not read (the
+    level-by-level expansion stops before reading its last level): the next round's first draft read then
+    takes two tokens (that node and the bonus token), as after a chain accepted whole
+    (``theory.speedup.chain_draft_seconds``). A deepest node that was read — its own children all fell
+    out of the top P — counts too, so this share is an upper bound (exact for chains and P = 1)."""
 
     values: np.ndarray
     widths: list[np.ndarray]
