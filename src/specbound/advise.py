@@ -177,11 +177,23 @@ class ModeAdvice:
         return max(self.shapes, key=lambda s: s.predicted) if self.shapes else None
 
     @property
+    def engine_settings(self) -> list[Setting]:
+        """Everything specbound's engine runs: chains, dynamic trees, block-verified chains, sampled trees
+        and M drafts."""
+        return list(self.chain.values()) + list(self.tree.values()) + list(self.block.values()) + self.shapes
+
+    @property
     def best_engine(self) -> Setting | None:
-        """The best predicted setting of everything specbound's engine runs (chains, block-verified
-        chains, dynamic and sampled trees, M drafts): what ``specbound generate`` should be given."""
-        pool = list(self.chain.values()) + list(self.tree.values()) + list(self.block.values()) + self.shapes
+        """The best predicted setting of everything specbound's engine runs (:attr:`engine_settings`):
+        what ``specbound generate`` should be given."""
+        pool = self.engine_settings
         return max(pool, key=lambda s: s.predicted) if pool else None
+
+    @property
+    def best_measured(self) -> Setting | None:
+        """The checked setting that measured fastest on the held-out prompts (None before the checks)."""
+        checked = [s for s in self.engine_settings if s.measured is not None]
+        return max(checked, key=lambda s: s.measured) if checked else None
 
     @property
     def pays(self) -> bool:

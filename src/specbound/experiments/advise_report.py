@@ -67,9 +67,7 @@ def _measured_best_lines(advice: Advice) -> list[str]:
     for mode, m in advice.modes.items():
         if m.best is None or m.best.measured is None or not m.pays:
             continue
-        checked = [s for s in list(m.chain.values()) + list(m.tree.values()) + list(m.block.values()) + m.shapes
-                   if s.measured is not None]
-        top = max(checked, key=lambda s: s.measured)
+        top = m.best_measured
         if top.label != m.best.label and top.measured > m.best.measured:
             lines += [f"Measured best of the checked settings ({mode}): **{top.label}**, {top.measured:.2f}× "
                       f"(predicted {top.predicted:.2f}×), where the recommended {m.best.label} measured "
