@@ -103,9 +103,9 @@ class Drafter(ABC):
     def finish(self) -> None:
         """After the last round (also after an interrupt): a calibration the run found stale is dropped
         from the cache (the next run measures again)."""
-        budget = getattr(self, "budget", None)
-        if budget is not None:
-            budget.costs.drop_if_stale()
+        costs = self.cost_model()
+        if costs is not None:
+            costs.drop_if_stale()
 
     def cost_model(self) -> CostModel | None:
         """The pair's cost model this drafter sized its drafts with, corrected by the run (None: a

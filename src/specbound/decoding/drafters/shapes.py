@@ -126,9 +126,6 @@ class ShapeDrafter(Drafter):
     def abandon(self) -> None:
         self.cache.restore()
 
-    def finish(self) -> None:
-        self.chain.finish()
-
     def describe(self) -> str:
         if len(self.shapes) == 1:
             return "shape(auto: chain(γ=auto) at T = 0)"
