@@ -479,7 +479,7 @@ def write_kquant_cache(directory: Path, source: Path, parts: dict) -> None:
         def put(key: str, array) -> None:
             nonlocal offset
             array = np.ascontiguousarray(array.numpy() if isinstance(array, torch.Tensor) else array)
-            dtype = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}.get(array.dtype)
+            dtype = _SAFETENSORS_NAMES.get(array.dtype)
             if dtype is None:
                 raise SpecboundError(f"{key}: dtype {array.dtype} cannot be kept in the K-quant copy")
             data.write(array.tobytes())
@@ -553,6 +553,7 @@ def read_kquant_cache(directory: Path, source: Path) -> dict | None:
 
 
 _SAFETENSORS_DTYPES = {"U8": np.uint8, "I8": np.int8, "F32": np.float32}
+_SAFETENSORS_NAMES = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
 
 
 def _mapped_arrays(path: Path) -> dict:
