@@ -26,7 +26,8 @@ REORDER_ROWS = 16
 class PrepackedLinear(nn.Module):
     """y = x Wᵀ + b with W reordered once into oneDNN's blocked layout for small batches (inference only).
 
-    Why (measured, 1536→8960 fp32, 2 threads; docs/results/verify-pass.md): ``F.linear`` with k ≥ 2
+    Why (measured, 1536→8960 fp32, 2 threads; ``benchmarks/verify_pass.py``, whole-model t(k) in
+    docs/results/verify-cost/verify-cost.md): ``F.linear`` with k ≥ 2
     rows repacks the whole weight matrix on every call (k = 8 costs ~2.4× k = 1), and a oneDNN
     weight converted with ``to_mkldnn`` plus per-call activation conversions still costs ~1.6×.
     Reordering the weight for an ``reorder_rows``-row GEMM and calling oneDNN's pointwise linear on
