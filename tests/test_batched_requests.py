@@ -326,9 +326,9 @@ def test_bench_batch_study_on_tiny_models(hf_pair):
 
 
 def test_bench_batch_runs_hf_assisted_one_request_after_another(hf_pair):
-    """Issue 19's "HF assisted at batch 1 run B times": both assistant schedules, at the first B only (its
-    rate does not depend on B), each request's greedy tokens those of plain decoding alone; the
-    assistant's schedule is left as it was."""
+    """HF assisted generation beside a batch, at batch 1 run B times: both assistant schedules, at the
+    first B only (its rate does not depend on B), each request's greedy tokens those of plain decoding
+    alone; the assistant's schedule is left as it was."""
     import types
 
     from specbound.experiments.batched import HF_ASSISTED, BatchedConfig, _hf_generate, markdown, run_batched

@@ -1,20 +1,16 @@
 """The acceptance a pair has shown, kept between runs: what a batch prices its first drafted round with.
 
-A batch that starts to draft first makes every draft row read its backlog (at the batch's start, every
-prompt). Whether that pays depends on how many drafted tokens the target will accept, which a batch
-that has not drafted yet does not know. Pricing the start at FULL acceptance (an upper bound) put the
-decision of a 4-request batch on a knife edge: the bound's saving equalled twice the backlog's read, the
-noise of the timed passes opened it in one run and not the next, and drafting at ~0.88 per depth then
-lost 20% (int8 target, GSM8K 133-140; docs/results/RESULTS.md, eighteenth session). So every drafted
-CHAIN run of a named pair (single requests and batches, lossless rules only) adds its per-depth counts —
-drafted tokens tested at depth i, and accepted there (:class:`~specbound.decoding.result.DecodeMetrics`'s
-``position_reached`` / ``position_accepted``) — to ``<cache>/acceptance.json``, the older counts
-weighted by ``FORGET`` each time, so the memory follows the text the pair has been run on lately.
+A batch that starts to draft first makes every draft row read its backlog (at the start, every prompt);
+whether that pays depends on an acceptance the batch has not yet seen. Priced at FULL acceptance (an
+upper bound) the decision sat on a knife edge, and a 4-request batch that started lost 20% to plain
+decoding (int8 target, GSM8K 133-140, 2026-12-07; docs/results/HISTORY.md). So every drafted CHAIN run
+of a named pair (lossless rules only) adds its per-depth counts — tokens tested and accepted at depth i
+(:class:`~specbound.decoding.result.DecodeMetrics`'s ``position_reached`` / ``position_accepted``) — to
+``<cache>/acceptance.json``, the older counts weighted by ``FORGET`` each time.
 
-Keyed by the two models' content identities and kernels (a quantised target is a different target) and
-the sampling law (greedy, or T / top-k / top-p with the verification rule): acceptance does not depend on
-the machine. Temporary models (no identity) are never remembered. The file is validated when read: a bad
-entry is dropped with a warning naming the file, and rewritten by the next run.
+Keyed by the two models' content identities and kernels and the sampling law (greedy, or T / top-k /
+top-p with the verification rule); temporary models are never remembered. The file is validated when
+read: a bad entry is dropped with a warning naming the file, and rewritten by the next run.
 """
 from __future__ import annotations
 

@@ -1,29 +1,17 @@
 """Several requests decoded together: B prompts share every target pass, each one lossless.
 
-Not to be confused with Yin et al.'s *batch speculative decoding* (M draft branches of ONE sequence,
-``drafts=M``): here a batch is B independent requests, as a server sees them.
+Not Yin et al.'s *batch speculative decoding* (M draft branches of ONE sequence, ``drafts=M``): here a
+batch is B independent requests, as a server sees them (docs/design.md, batched requests).
 
-How it is built (docs/design.md, batched requests): each request runs THE decoding loop
-(:class:`~specbound.decoding.engine.Speculator`) with its own drafter, its own random stream and its
-own *rows* of the target and draft (:meth:`~specbound.models.base.LanguageModel.fork`: shared
-weights, a cache of its own). The rows hand their reads to one
-:class:`~specbound.models.rows.PassScheduler`, which runs the reads of all waiting requests as ONE
-pass — the draft's rows first, then one target pass over every request's pending tokens and drafted
-tree. Acceptance is ragged (each request accepts its own count and rolls back its own cache),
-requests finish independently and the batch shrinks as they do; a request's output law is that of
-the same request decoded alone, whatever shares its passes (per-request χ² and identity tests,
-``tests/test_batched_requests.py``).
-
-Sizing: ``gamma="auto"`` gives the whole batch ONE chain length per round
-(:class:`~specbound.decoding.policy.BatchDraftLength`: the γ of best predicted total throughput from
-the pooled acceptance and the batch's measured passes, 0 = plain batched decoding), because a round
-lasts as long as its longest draft when the draft's rows share passes; where they are read in turn
-(backends without shared passes), a request that drafts less costs the round less, so each request
-sizes its own chain and the batch's cost model only sets each round's limit (0 = a plain round). ``tree="auto"`` sizes each
-request's tree against the cost of the
-SHARED pass: its prior is t_B(k) = t(B·k), d_B(k) = d(B·k) (when all B requests send k tokens, the
-pass reads B·k), corrected online by the passes it waits for (:func:`batch_cost_prior`); a request may
-draft nothing in a round.
+Each request runs THE decoding loop (:class:`~specbound.decoding.engine.Speculator`) with its own
+drafter, random stream and *rows* of the target and draft (:meth:`~specbound.models.base.LanguageModel.fork`:
+shared weights, a cache of its own). One :class:`~specbound.models.rows.PassScheduler` runs the reads of
+all waiting requests as ONE pass (draft rows first, then one target pass over every request's tokens).
+Acceptance is ragged, requests finish independently, and each request's output law is that of the same
+request decoded alone (``tests/test_batched_requests.py``). Sizing: ``gamma="auto"`` gives the batch one
+chain length per round (:class:`~specbound.decoding.policy.BatchDraftLength`), or, where draft rows are
+read in turn, a per-round limit under which each request sizes its own chain; ``tree="auto"`` sizes each
+request's tree against the shared pass, t_B(k) = t(B·k), d_B(k) = d(B·k) (:func:`batch_cost_prior`).
 """
 from __future__ import annotations
 
@@ -209,7 +197,7 @@ def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_draf
         # decodes plainly never reads it); drafters that read it up front put it in the prefill, so their
         # decode rate left out a cost that auto's carried and plain decoding does not have: at 2 requests
         # (int8 target, llama.cpp draft, HumanEval 160-163) auto and γ = 4 decoded 20.6 tok/s each end to end,
-        # but 24.9 vs 27.8 "decode" (docs/results/RESULTS.md, seventeenth session)
+        # but 24.9 vs 27.8 "decode" (2026-12-07, docs/results/HISTORY.md)
         drafter.lazy_prefill = True
     stop = threading.Event()
     engines = [Speculator(t, dr, sampling, rule, stop_token_ids, g, stop=stop)

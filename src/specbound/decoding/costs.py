@@ -3,17 +3,15 @@
 ``t(k)`` is the target's time to read k new tokens in one pass and ``d(k)`` the draft's; on CPUs
 neither is constant in k, and both move between machines and moments (docs/models.md). So:
 
-* :func:`measure_costs` times both models for k = 1..64 after a warm-up, ``repeats`` times each,
-  and keeps the median and the spread;
-* a measurement of named models (with a content identity, :class:`~specbound.models.base.ModelInfo`)
-  is cached in ``<cache>/costs.json``; the file is validated when read — a bad entry is dropped
-  with a warning naming the file and measured again; temporary models never write to it;
-* :class:`CostModel` corrects the prior online: every round's target pass and draft reads update
-  per-k observations; where the run has seen k, its recent median wins, elsewhere the prior's shape
-  is taken at the run's level. When the prior disagrees with what the run sees by more than
-  ``stale_tolerance`` (25 %), decoding follows the run and, at its end, the cached entry is dropped
-  (:meth:`CostModel.drop_if_stale`): the next run measures the pair again, so one busy-CPU
-  calibration can never steer decoding for good, and no run's partial view is stored as a measurement.
+* :func:`measure_costs` times both models for k = 1..64 after a warm-up, ``repeats`` times each
+  (interleaved over k), and keeps the median and the spread;
+* a measurement of named models (a content identity, :class:`~specbound.models.base.ModelInfo`) is
+  cached in ``<cache>/costs.json``, validated when read (a bad entry is dropped with a warning naming the
+  file, and measured again); temporary models never write to it;
+* :class:`CostModel` corrects the prior online from every round's passes (the run's recent median where
+  it has seen k, the prior's shape at the run's level elsewhere). A prior off by more than
+  ``stale_tolerance`` (25 %) is followed by the run and its cached entry dropped at the end
+  (:meth:`CostModel.drop_if_stale`), so one busy-CPU calibration never steers decoding for good.
 """
 from __future__ import annotations
 
@@ -344,12 +342,10 @@ class CostModel:
     def drop_if_stale(self) -> None:
         """At the end of a run whose calibration proved stale: drop the cached entry, so the next run
         measures the pair again (interleaved repeats, a few seconds) instead of trusting either the old
-        calibration or this run's view. Why not store the run's corrected curves (the design until the
-        sixteenth session): a run sees a few pass sizes at one moment of a machine whose speed drifts by a
-        third within minutes, and the prior's shape elsewhere — stored and corrected again run after run,
-        this machine's kquant entry read t(1) = 72.6 ms, t(4) = 73.5 ms where three fresh calibrations
-        measured 34-42 and 49-55 ms, and on it the batch policy drafted at 2 requests where drafting lost
-        (0.89x plain, HumanEval 160-163)."""
+        calibration or this run's view. Why not store the run's corrected curves (the design until
+        2026-12-06): a run sees a few pass sizes at one moment of a machine whose speed drifts by a third
+        within minutes; stored and corrected run after run, such an entry drifted to twice the measured cost.
+        """
         key = self.measurement.key
         if self.stale and key:
             drop_cached_costs(key)

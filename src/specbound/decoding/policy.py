@@ -1,22 +1,17 @@
 """How much to draft this round: ONE sizing rule for chains and trees (a chain is a tree of fan-out 1).
 
-The value of a drafted node v is the probability that the target accepts the whole path to it; the
-expected number of accepted tokens of a tree is the tree value Σ_{v∈T} value(v) (Pankratov &
-Alistarh 2026, §2), and a round yields 1 + Σ value(v) tokens (the +1 is the recovered or bonus
-token). value(v) = value(parent) · c(q_v), where q_v is the draft's confidence in v's token and c is
-an :class:`AcceptanceCalibration` learned online from what the target actually did: for every node
-whose parent's target law was computed, the exact conditional acceptance probability (the target's
-probability of the token for deterministic trees, min(1, target/draft) for sampled ones verified token by
-token, and P(τ ≥ i | τ ≥ i − 1, block) for a sampled chain under block verification — the acceptance of
-the rule in use, so a block-verified chain is sized by what block verification accepts).
+A drafted node's value is the probability that the target accepts the whole path to it; a round yields
+1 + Σ_{v∈T} value(v) tokens (Pankratov & Alistarh 2026, §2). value(v) = value(parent) · c(q_v), with q_v
+the draft's confidence in v's token and c an :class:`AcceptanceCalibration` learned online from the exact
+conditional acceptance of the rule in use (the target's probability of the token for deterministic trees,
+min(1, target/draft) token by token, P(τ ≥ i | τ ≥ i − 1) for a chain under block verification).
 
-:class:`DraftBudget` grows a proposal while the marginal expected tokens per marginal second beat
-the round's current throughput E/T, with T = draft seconds + t(pending + nodes) from the measured,
-online-corrected :class:`~specbound.decoding.costs.CostModel` (Yin et al.'s Assumption 1 is the
-special case of free drafts and constant t). When nothing pays, the round is a plain target step;
-after ``explore_every`` plain steps a probe draft is tried anyway (backing off while probes lose), so the calibration and the costs
-keep learning and one bad estimate cannot keep decoding plain for good. Sizing changes only how
-much is drafted, never how it is verified: the output law is untouched.
+:class:`DraftBudget` grows a proposal while the marginal expected tokens per marginal second beat the
+round's throughput E/T, T = draft seconds + t(pending + nodes) from the online-corrected
+:class:`~specbound.decoding.costs.CostModel` (Yin et al.'s Assumption 1: free drafts, constant t). When
+nothing pays the round is a plain step; after ``explore_every`` plain steps a probe draft is tried (backing
+off while probes lose), so one bad estimate cannot keep decoding plain for good. :class:`BatchDraftLength`
+sizes batches, :class:`ShapeChoice` picks the shape. Sizing never changes verification: the law is untouched.
 """
 from __future__ import annotations
 
@@ -148,50 +143,18 @@ class DraftBudget:
 class BatchDraftLength:
     """``gamma="auto"`` for B requests decoded together: ONE chain length per round for every request.
 
-    A batch's round lasts as long as its longest draft (every target pass waits for all requests), so
-    requests sizing their chains alone draft ragged lengths and pay for draft passes that hold one or
-    two rows; measured, that lost to a fixed γ on the same batch (docs/results/batched). Here the
-    model's candidate is the γ of best predicted total throughput,
-    :func:`~specbound.theory.speedup.best_batch_gamma` (B · E[tokens](α, γ) / (γ · d(B) + t(B(γ + 1)))),
-    from
-    * the per-depth acceptance α_i pooled over the requests' rounds so far, each depth shrunk toward the
-      acceptance over all depths, itself under a prior centred on the draft's own confidence in its
-      greedy tokens (:meth:`alpha`, :meth:`_pooled`; the first drafted round drafts ``start`` tokens, and with
-      ``outlook`` a batch starts drafting only where that can repay the draft rows' backlog, priced before
-      its first drafted round at the acceptance the pair ``shown`` in earlier runs, :meth:`worth_starting`; a depth just beyond γ* with fewer than ``min_tries`` tries is drafted while it
-      would pay at the all-depth acceptance, :meth:`_probe_deeper`);
-    * the pair's cost curves t, d, rescaled by the median ratio of the batch's measured passes to the
-      curve (rows' passes cost more than one row's; ``passes`` returns the scheduler's records), at the
-      batch's current size (``live`` returns the number of requests still decoding); a pass over B rows
-      costs c(B·k) where the model's rows share one forward and B·c(k) where they run in turn
-      (``rows_shared`` = (draft, target), e.g. llama.cpp draft rows: :func:`~specbound.theory.speedup.rows_pass_seconds`).
-    * each round's work outside the passes (the requests' sampling, verification and scheduling share
-      one interpreter, so it grows with B and with γ): w_plain seconds for a plain round and c₀ + c₁·γ
-      for a drafted one, fitted to the timed rounds' seconds minus the passes the scheduler timed in
-      them (medians per γ; c₁ once two chain lengths have been timed, :meth:`round_overhead`); without
-      it the model over-rates drafting.
-    With ``per_request`` (draft rows read in turn, e.g. llama.cpp: a request that drafts less costs
-    the round less, so ragged lengths waste nothing) each request sizes its own chain with its own
-    :class:`DraftBudget` (priced against the batch's passes, ``batch_cost_prior``) under a limit the
-    model sets each round: 0 (plain) where no chain length is predicted to beat plain rounds, else the
-    longest one still predicted at least as fast (:meth:`_break_even`; rounds are timed at their
-    longest chain, each charged its time outside its own passes as the scheduler recorded them). The
-    model alone decides here, the other choice probed at the second round, then after 2, 4, 8, 16 times
-    ``explore_every`` rounds, and drafting never probed where it could not pay even if every drafted
-    token were accepted (:meth:`could_pay`, by more than ``probe_margin``). Tried and
-    dropped (docs/results/RESULTS.md, seventh session): a timed check over a few rounds (bursty code
-    acceptance: it kept choosing plain rounds where drafting paid, 0.97× plain at 2 requests), the
-    model's γ* as the limit (chains kept short, deep acceptance never observed: 0.96× on a dev slice),
-    and no limit (requests drafted 4.7 tokens a round at 4 requests, where that loses: 0.90×).
-    Otherwise the model's γ* is checked against what the batch
-    actually does: rounds are timed, and γ* and plain decoding (γ = 0; or γ = 1 when γ* = 0) each get
-    ``trial`` rounds — plain rounds only where they could keep up with the timed drafting rounds
-    at their cheapest price (:meth:`_plain_ruled_out`) (a round that switches between drafting and plain is not timed: its draft reads
-    the backlog of plain rounds); afterwards the one with more tokens per second in its recent rounds
-    is used, the other re-tried after ``explore_every`` rounds, then twice, four, eight, sixteen times
-    as long. The γ of a round is fixed the first time a request
-    asks for it, so every request of the round drafts the same length. Sizing never changes
-    verification: the output law is untouched.
+    A round lasts as long as its longest draft, so ragged per-request lengths pay for draft passes that
+    hold one or two rows (measured: they lost to a fixed γ). γ* maximises the predicted total throughput
+    (:func:`~specbound.theory.speedup.best_batch_gamma`) from the per-depth acceptance pooled over the
+    requests (:meth:`alpha`), the cost curves priced by the batch's own passes (``passes``: the scheduler's
+    records; ``live``: requests still decoding; c(B·k) for rows sharing a pass, B·c(k) for rows read in
+    turn, ``rows_shared``) and each round's work outside the passes (:meth:`round_overhead`). A batch starts
+    drafting only where that repays the draft rows' backlog (``outlook``, priced at the acceptance ``shown``
+    in earlier runs: :meth:`worth_starting`), probes the depth beyond γ* (:meth:`_probe_deeper`) and checks
+    γ* against timed plain rounds (``trial`` rounds each, re-tried after ``explore_every``, then 2, 4, 8, 16
+    times as long). With ``per_request`` (rows read in turn) each request sizes its own chain under the
+    model's limit (:meth:`_break_even`). A round's γ is fixed when its first request asks; sizing never
+    changes verification. The measurements behind each rule: docs/results/HISTORY.md (the batch policy).
     """
 
     def __init__(self, costs, passes=None, live=None, max_gamma: int = 8, start: int = 2, explore_every: int = 16,
@@ -255,12 +218,10 @@ class BatchDraftLength:
 
     def alpha(self) -> np.ndarray:
         """Acceptance per depth, pooled over the requests: (hits_i + s·ā) / (tries_i + s), shrunk toward
-        ā, the acceptance over ALL depths (Beta(1, 1) prior), with weight s = ``shrinkage``; a depth never
-        tested gets ā. Why not a Beta(1, 1) prior per depth (the earlier form): a depth tested once or twice
-        sat near ½ however well the shallower depths accepted, so the model priced long chains as losing,
-        drafted short ones (which never test deep depths) and never learned otherwise — measured at 2
-        requests on code (HumanEval 58–59, α₁ = 0.83 after 20 rounds, α₂ = 0.5 from one early round):
-        γ* = 1, then plain rounds, 0.83× plain, where γ = 4 measured 1.13×."""
+        ā, the acceptance over ALL depths, with weight s = ``shrinkage``; a depth never tested gets ā. Why not
+        a flat prior per depth: a depth tested once or twice sat near ½ however well the shallower depths
+        accepted, so long chains were priced as losing, and short chains never test deep depths.
+        """
         from .acceptance import shrunk_acceptance
 
         return shrunk_acceptance(self.hits, self.tries, self._pooled(), self.shrinkage)
@@ -269,15 +230,12 @@ class BatchDraftLength:
     confidence_weight = 8.0
 
     def _pooled(self) -> float:
-        """The acceptance over all depths' tests, under a Beta prior: centred on the draft's mean
-        confidence in the tokens it drafted greedily so far (the soft-max of its arg-max), with weight
-        ``confidence_weight``; without confidences (sampled chains) Beta(1, 1). Why: the first rounds
-        test a handful of tokens, and a prior of ½ held the pooled acceptance near 0.65 for a dozen rounds
-        of code whose acceptance is ~0.9, so the batch drafted chains of 1 and tried plain rounds first
-        (int8 target, 2 requests, HumanEval 134-135: γ = 1 or plain in rounds 2-8 of ~33). Measured on
-        this pair's greedy text (the target's, teacher-forced through the draft, 128 tokens per set), the
-        mean confidence against the agreement it predicts: code 0.85 vs 0.90, math 0.88 vs 0.88, chat
-        0.72 vs 0.75 (docs/results/RESULTS.md, sixteenth session)."""
+        """The acceptance over all depths' tests, under a Beta prior centred on the draft's mean confidence
+        in the tokens it drafted greedily so far (the soft-max of its arg-max), with weight
+        ``confidence_weight``; without confidences (sampled chains) Beta(1, 1). Why: the first rounds test a
+        handful of tokens, and a prior of ½ held the pooled acceptance far below code's ~0.9 for a dozen
+        rounds; on this pair the draft's mean confidence is close to the agreement it predicts.
+        """
         if self.confidence_count:
             mean, weight = self.confidence_sum / self.confidence_count, self.confidence_weight
         else:
@@ -328,12 +286,11 @@ class BatchDraftLength:
     probe_tolerance = 0.05
 
     def _probe_deeper(self, gamma: int, rate: float, live: int, draft, verify, overhead) -> int:
-        """γ* + 1 instead of the model's γ* ≥ 1 while depth γ* + 1 has had fewer than ``min_tries``
-        tries and would pay at the acceptance over all depths (its prior), within ``probe_tolerance``;
-        else γ*. A chain of γ* never
-        tests depth γ* + 1, so a depth that failed its first one or two tries was written off for good:
-        measured at 2 requests on code (int8 target, HumanEval 134-135, 96 tokens), α₂ = 0.44 from two
-        tries kept γ* = 1 for 90 rounds, 27 tok/s where γ = 4 decoded 37 and plain rounds 24-27."""
+        """γ* + 1 instead of the model's γ* ≥ 1 while depth γ* + 1 has had fewer than ``min_tries`` tries and
+        would pay at the acceptance over all depths (its prior), within ``probe_tolerance``; else γ*. A chain of
+        γ* never tests depth γ* + 1, so without the probe a depth that failed its first tries was written off
+        for good.
+        """
         from ..theory.speedup import batch_throughput
 
         if gamma < 1 or gamma >= self.max_gamma or self.tries[gamma] >= self.min_tries:
@@ -346,8 +303,8 @@ class BatchDraftLength:
 
     def best_drafting_gamma(self) -> int:
         """The γ ≥ 1 of best predicted throughput: what a round drafts when drafting is re-tried against
-        plain rounds. (It was γ = 1, which tests one depth only and, at 2 requests on code, measured
-        15.8 tok/s against 40 for plain rounds where γ = 4 measured 45: drafting looked worse than it is.)"""
+        plain rounds (γ = 1 tests one depth only, and made drafting look worse than it is).
+        """
         from ..theory.speedup import batch_throughput
 
         if not self.observed.any():
@@ -367,13 +324,11 @@ class BatchDraftLength:
     def _verify_by_size(self, live: int, scaled):
         """The target pass of each chain length γ at ``live`` rows, t(live·(γ + 1)), as this batch
         measured it: the median of its recent passes of exactly that size (two or more), else the one-row
-        curve times the batch's median ratio, capped at 1 — a size not yet read is priced no dearer than
-        one row reading as many tokens, so it gets tried, and once read its own passes price it. Why not
-        one ratio for every size: B rows' passes stand to the one-row curve in a ratio that changes with
-        the size (measured, int8 target, 2 rows: 1.26 at 2 tokens, 1.12 at 6, 0.97 at 10; kquant target,
-        4 rows: 1.21 at 4, 1.06 at 8, 1.44 at 20), and the plain passes' ratio priced a 2-row γ = 4 pass
-        at 161 ms where it took 123: chains of 1 were kept at 27 tok/s where γ = 4 decoded 37. Rows read in
-        turn keep the scaled curve."""
+        curve times the batch's median ratio, capped at 1 — a size not yet read is priced no dearer than one
+        row reading as many tokens, so it gets tried, and once read its own passes price it. Why not one ratio
+        for every size: B rows' passes stand to the one-row curve in a ratio that changes with the size.
+        Rows read in turn keep the scaled curve.
+        """
         from ..theory.speedup import CostProfile
 
         if not self.verify_shared or self.passes is None:
@@ -425,14 +380,11 @@ class BatchDraftLength:
     def worth_starting(self, round_index: int) -> bool:
         """Shared rows: may the batch switch from plain rounds (or its start) to drafting? Only where the
         seconds drafting would save over the tokens the requests may still decode exceed ``start_margin``
-        times what the switch costs first: the draft rows reading every committed token they have not read
-        (at the batch's start, every prompt), one draft pass over that backlog. The saving is priced by the
-        model (:meth:`_start_rates`) at the batch's own acceptance estimate once it has drafted, else at the
-        acceptance the pair showed in earlier runs (``shown``), else at full acceptance (an upper bound).
-        Measured without the gate (kquant target, HumanEval 126–133, 96 tokens, greedy): γ = auto
-        at 8 requests opened with a drafted round whose draft prefill of the 8 prompts took seconds, and
-        decoded at 0.49× plain; at 2 and 4 requests 0.80× and 0.70×. The answer is reused for ``recheck``
-        rounds."""
+        times what the switch costs first: one draft pass over every committed token the draft rows have not
+        read (at the batch's start, every prompt). The saving is priced by :meth:`_start_rates`. Without the
+        gate a large batch opened with a draft prefill of every prompt and lost to plain decoding. The answer
+        is reused for ``recheck`` rounds.
+        """
         if self.outlook is None:
             return True
         if self._payback is not None and round_index - self._payback[0] < self.recheck:
@@ -447,13 +399,10 @@ class BatchDraftLength:
 
     def _start_rates(self, draft, verify) -> tuple[float, float]:
         """(plain, drafting) tokens per second of the batch as it is now, priced with the (scaled) cost
-        curves ``draft`` and ``verify`` as :meth:`worth_starting` prices them: the model's best chain against plain rounds (:func:`~specbound.theory.speedup.best_batch_gamma`)
-        at the batch's own acceptance estimate once it has drafted, else at the acceptance the pair showed in
-        earlier runs (``shown``), else at full acceptance. Tried and dropped (eighteenth session): pricing a
-        re-try at the timed rounds' rates wherever both kinds had been timed at this batch size — a 2-round
-        plain trial that happened to run fast then shut drafting for the rest of the batch (int8 target,
-        2 requests, GSM8K 141-148, A/B in one process: a group drafted 19 rounds, then 24 plain ones, 23.7
-        tok/s where the rule without it kept drafting at 26.4; over 8 groups 23.9 vs 24.6, plain 21.4)."""
+        curves ``draft`` and ``verify``: the model's best chain against plain rounds
+        (:func:`~specbound.theory.speedup.best_batch_gamma`) at the batch's own acceptance estimate once it has
+        drafted, else at the acceptance the pair showed in earlier runs (``shown``), else at full acceptance.
+        """
         from ..theory.speedup import batch_throughput, best_batch_gamma
 
         live = max(int(self.live()), 1)
@@ -471,13 +420,12 @@ class BatchDraftLength:
 
     def round_overhead(self, live: int, draft, verify) -> tuple[float, float, float]:
         """(w_plain, c₀, c₁): seconds per round outside the passes — a plain round w_plain, a drafted one
-        c₀ + c₁·γ — from the recent timed rounds at this batch size: each round's seconds minus the passes
-        the scheduler timed inside it (without pass records: minus the passes' predicted cost). Medians
-        per chain length; c₁ the least-squares slope through those medians once two lengths have been
-        timed; a term not yet measured is 0. Why the passes as timed and medians: on a busy machine a
-        drafted round took 321 ms where its passes were predicted at 200, and the residual, charged to
-        c₁ from one round, priced every extra depth at 46-57 ms (int8 target, 2 requests): the chain
-        lengths chosen flipped between 2 and 6 from round to round."""
+        c₀ + c₁·γ — from the recent timed rounds at this batch size: each round's seconds minus the passes the
+        scheduler timed inside it (without pass records: minus the passes' predicted cost). Medians per chain
+        length; c₁ the least-squares slope through those medians once two lengths have been timed; a term not
+        yet measured is 0. Medians of timed passes, because on a busy machine one slow round charged to c₁
+        made the chosen length flip from round to round.
+        """
         from ..theory.speedup import rows_pass_seconds
 
         if self._work:
@@ -504,14 +452,12 @@ class BatchDraftLength:
     plain_margin = 0.10
 
     def _plain_ruled_out(self) -> bool:
-        """Shared rows: do the timed drafting rounds beat plain rounds by more than ``plain_margin``
-        even with plain rounds priced at their cheapest — the one-row pass t(B) times the batch's pass
-        ratio capped at 1, with no work outside the pass unless measured? Then plain rounds are not
-        tried (a trial costs a switch, its timed rounds and a lag of two, and a switch back that makes the
-        draft rows re-read the backlog). Plain rounds' cost is the part of the model that is known in
-        advance; drafting's rests on acceptance, so drafting is the choice that needs the timed check.
-        Measured without it (int8 target, 2 requests, HumanEval 134-135): rounds 5-8 of ~33 were plain
-        trials, at 21 tok/s where the chains of 1 before them ran at 29."""
+        """Shared rows: do the timed drafting rounds beat plain rounds by more than ``plain_margin`` even
+        with plain rounds priced at their cheapest — the one-row pass t(B) times the batch's pass ratio capped
+        at 1, with no work outside the pass unless measured? Then plain rounds are not tried (a trial costs a
+        switch, its timed rounds and a switch back that makes the draft rows re-read the backlog). Plain
+        rounds' cost is known in advance; drafting's rests on acceptance, so drafting is what needs the check.
+        """
         from ..theory.speedup import batch_throughput
 
         drafting = self._rate(1)
@@ -533,14 +479,13 @@ class BatchDraftLength:
         return self._tokens.get(round_index, 0.0) if gamma > 0 else float(live)
 
     def _rate(self, gamma: int) -> float | None:
-        """Tokens per second of the recent timed rounds of drafting (any γ > 0: the model sets the length;
-        the check asks whether drafting beats plain rounds — rating each γ apart made every new γ* of the
-        model a new trial of drafting, even after drafting had lost) or of plain rounds (γ = 0), counting
-        only rounds every request has observed: when the first request asks for round r + 1, the others
-        may not yet have verified round r
-        (they share its pass, then verify in their own threads), so round r is counted from round r + 2 on.
-        (Counting it at once credited a drafted round with the first request's tokens only: at 2 requests
-        on code γ = 2 measured 15.5 tok/s against 40 for plain rounds, and drafting was dropped.)"""
+        """Tokens per second of the recent timed rounds of drafting (any γ > 0: the check asks whether
+        drafting beats plain rounds; rating each γ apart made every new γ* a new trial) or of plain rounds
+        (γ = 0), counting only rounds every request has observed: when the first request asks for round r + 1,
+        the others may not yet have verified round r (they share its pass, then verify in their own threads),
+        so round r is counted from round r + 2 on. Counting it at once credited a drafted round with the first
+        request's tokens only, and drafting was dropped.
+        """
         done = sorted((r, s, b, g) for g, entries in self.rounds.items() if (g > 0) == (gamma > 0)
                       for r, s, b in entries if r <= self._deciding - 2)[-self.window:]
         if len(done) < self.trial:
@@ -607,10 +552,11 @@ class BatchDraftLength:
 
     def _per_request_model(self, round_index: int) -> int:
         """``per_request``: the model's limit for this round. A "plain" answer is reused for up to
-        ``recheck`` rounds while nothing could change it (no drafted round observed, the same number of
-        live requests): in plain rounds the model's inputs move only with the passes' timing, and its
-        computation (~1 ms per round, under the interpreter every request shares) was measured as 4% of
-        a plain round at 8 requests."""
+        ``recheck`` rounds while nothing could change it (no drafted round observed, the same number of live
+        requests): in plain rounds the model's inputs move only with the passes' timing, and its computation
+        (~1 ms a round, under the interpreter every request shares) is a visible share of a plain round at 8
+        requests.
+        """
         live = int(self.live())
         since = self._plain_since
         if since is not None and since[1:] == (live, self._learned) and round_index - since[0] < self.recheck:

@@ -376,7 +376,7 @@ def parsed_once(path, reader):
     """While inside, ``gguf.GGUFReader(path)`` returns ``reader`` (already open on that file) instead of
     parsing the file again. transformers builds a GGUF file's config and its tokenizer from two more
     parses of its metadata (``load_gguf_checkpoint``), ~7 s apiece here for the packaged target's
-    151k-token vocabulary: a third of its first load (docs/results/RESULTS.md, seventeenth session).
+    151k-token vocabulary: a third of its first load (docs/results/RESULTS.md, 2026-12-07).
     They only read the reader's fields. Any other file, or a reader asked for with other arguments, is
     parsed as usual; a transformers that imported the class elsewhere just parses again (slower, the same)."""
     import gguf
