@@ -5,7 +5,7 @@ import statistics
 from pathlib import Path
 
 from ..advise import PAYS, Advice, measured_vs_predicted
-from .report import fmt, markdown_to_html, md_table, save_figure, write_json, write_text
+from .report import fmt, markdown_to_html, md_table, write_json, write_text
 
 __all__ = ["advise_markdown", "plot_advice", "write_advice"]
 
@@ -212,43 +212,10 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
 
 
 def plot_advice(advice: Advice, path) -> Path:
-    import matplotlib
+    """The report's figure (:func:`.plots.advise_speedups`)."""
+    from .plots import advise_speedups
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    modes = list(advice.modes.values())
-    fig, axes = plt.subplots(len(modes), 2, figsize=(11, 3.6 * len(modes)), squeeze=False)
-    for row, m in zip(axes, modes):
-        ax = row[0]
-        g = list(m.chain)
-        ax.plot(g, [m.chain[x].predicted for x in g], "-", label="predicted")
-        meas = [(x, m.chain[x].measured) for x in g if m.chain[x].measured is not None]
-        if meas:
-            ax.plot(*zip(*meas), "o", label="measured")
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xlabel("chain length γ")
-        ax.set_ylabel("speed-up over plain decoding")
-        ax.set_title(f"{m.mode}: chain")
-        ax.legend()
-        ax = row[1]
-        P = list(m.tree)
-        ax.plot(P, [m.tree[x].predicted for x in P], "-", label="dynamic tree, predicted")
-        meas = [(x, m.tree[x].measured) for x in P if m.tree[x].measured is not None]
-        if meas:
-            ax.plot(*zip(*meas), "o", label="measured")
-        if m.speed_of_light:
-            ax.plot(list(m.speed_of_light), list(m.speed_of_light.values()), "--", label="speed of light (T*, free drafting)")
-        if m.bound_speedup:
-            ax.plot(list(m.bound_speedup), list(m.bound_speedup.values()), ":", label="bound (μ, μ₂)")
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("tree capacity P")
-        ax.set_title(f"{m.mode}: tree")
-        ax.legend(fontsize=8)
-    fig.suptitle(f"specbound advise: {advice.models['target']} ← {advice.models['draft']} ({advice.config.engine})")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return advise_speedups(advice, path)
 
 
 def write_advice(advice: Advice, exports: dict[str, str], out: Path, command: str = "") -> dict[str, Path]:

@@ -6,6 +6,7 @@ of :mod:`.analyze` and :mod:`.pankratov`. Each draws one figure and writes it wi
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -14,12 +15,45 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.font_manager import FontProperties  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from .report import save_figure  # noqa: E402
 
-__all__ = ["yin_fig2_running", "yin_fig2_scaling", "yin_fig3", "yin_fig4"]
+__all__ = ["advise_speedups", "yin_fig2_running", "yin_fig2_scaling", "yin_fig3", "yin_fig4"]
 
 _COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def _wrap(text: str, width_inches: float, fontsize: float) -> str:
+    """``text`` broken into lines that fit ``width_inches`` at ``fontsize`` points (a character is taken
+    as ~0.5 em wide), so a long title never runs past its axes or figure."""
+    chars = max(24, int(width_inches * 72 / (0.5 * fontsize)))
+    return textwrap.fill(text, chars, break_long_words=False, break_on_hyphens=False)
+
+
+def _set_title(ax, text: str, fontsize=None) -> None:
+    """``ax.set_title`` with the title wrapped to the axes' width."""
+    size = FontProperties(size=fontsize if fontsize is not None else plt.rcParams["axes.titlesize"]).get_size_in_points()
+    ax.set_title(_wrap(text, ax.get_position().width * ax.figure.get_figwidth(), size), fontsize=size)
+
+
+def _suptitle(fig, text: str, fontsize: float = 10) -> None:
+    """``fig.suptitle`` wrapped to the figure's width."""
+    fig.suptitle(_wrap(text, 0.95 * fig.get_figwidth(), fontsize), fontsize=fontsize)
+
+
+def _log2_y(ax, values) -> None:
+    """A log-2 y axis with plain-number tick labels (0.25, 0.5, 1, 2, …) spanning the finite positive
+    ``values``: speed-ups from a quarter to tens of × each keep their differences visible."""
+    v = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in values]) if len(values) else np.zeros(0)
+    v = v[np.isfinite(v) & (v > 0)]
+    if not v.size:
+        return
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(min(0.8, float(v.min())) / 1.15, float(v.max()) * 1.3)
+    ax.yaxis.set_major_locator(LogLocator(base=2))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
 
 
 def _running_mean(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -57,7 +91,7 @@ def yin_fig2_running(path, title: str, series: list[dict], horizon: int) -> Path
     ax.set_xscale("log")
     ax.set_xlabel("number of Monte Carlo runs")
     ax.set_ylabel(r"average number of rejections $N_{rej}$")
-    ax.set_title(title)
+    _set_title(ax, title)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     secondary = ax.secondary_yaxis("right", functions=(lambda y: horizon / np.maximum(y, 1e-9),
@@ -87,7 +121,7 @@ def yin_fig2_scaling(path, title: str, drafts, exact_b, exact_a, limit_b: float,
     ax.set_xlabel("number of draft sequences M")
     ax.set_ylabel(r"$E[N_{rej}]$")
     ax.set_xticks(drafts[::2] if len(drafts) > 10 else drafts)
-    ax.set_title(title)
+    _set_title(ax, title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     secondary = ax.secondary_yaxis("right", functions=(lambda y: horizon / np.maximum(y, 1e-9),
@@ -110,13 +144,13 @@ def yin_fig3(path, bernoulli: list[dict], uniform: list[dict]) -> Path:
             ax.plot(row["drafts"], row["recursive"], "o", color=color, mfc="none", ms=5,
                     label=f"{row['label']} residual chain")
         ax.set_ylabel("batch improvement  TV − ρ_M\n(one round start)")
-        ax.set_title(name)
+        _set_title(ax, name)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     axes[1].set_xlabel("number of draft sequences M")
     drafts_all = sorted({int(m) for rows in (bernoulli, uniform) for row in rows for m in row["drafts"]})
     axes[1].set_xticks([m for m in drafts_all if m == 1 or m % 2 == 0])
-    fig.suptitle("Batch improvement saturates in M (lines: closed forms, circles: recursive residuals)", fontsize=10)
+    _suptitle(fig, "Batch improvement saturates in M (lines: closed forms, circles: recursive residuals)")
     return save_figure(fig, path)
 
 
@@ -147,7 +181,7 @@ def yin_fig4(path, tv: float, points: dict, dense: dict, eps_points,
     ax.set_ylabel("rejection probability  1 − Σ draft·b")
     ax.set_xlim(-0.02 * tv, 1.5 * tv)
     ax.set_ylim(-0.02 * tv, 1.15 * tv)
-    ax.set_title("Pareto front: rejection vs bias")
+    _set_title(ax, "Pareto front: rejection vs bias")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
 
@@ -170,10 +204,10 @@ def yin_fig4(path, tv: float, points: dict, dense: dict, eps_points,
         ax.set_xscale("log")
         ax.set_xlabel("over-acceptance threshold ε (log scale)")
         ax.set_ylabel(ylabel)
-        ax.set_title(panel_title)
+        _set_title(ax, panel_title)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
+    _suptitle(fig, title)
     return save_figure(fig, path)
 
 
@@ -246,7 +280,7 @@ def _pk_expected_axes(ax, result, title: str | None = None) -> None:
     _pk_log2_x(ax, [int(c) for c in caps])
     ax.set_ylabel("E[X] = accepted draft tokens per target call")
     m = result.moments
-    ax.set_title(title or f"{result.set}: μ = {m.mu:.3f}, μ₂ = {m.mu2:.3f} nats (n = {m.n})", fontsize=10)
+    _set_title(ax, title or f"{result.set}: μ = {m.mu:.3f}, μ₂ = {m.mu2:.3f} nats (n = {m.n})", fontsize=10)
 
 
 def pankratov_expected_accepted(result, path) -> Path:
@@ -286,9 +320,9 @@ def _pk_speedup_axes(ax_const, ax_wall, result, legend: bool = True) -> None:
             else:
                 ax_const.plot(caps, const(k), style, color=color, ms=5, label=f"{label}: τ")
         _pk_log2_x(ax_const, caps)
-        ax_const.set_ylim(bottom=0)
-        ax_const.set_ylabel("speed-up, constant-time model (= τ)")
-        ax_const.set_title(f"{result.set}: constant-time model (drafting free, one call = t(1))", fontsize=9.5)
+        _log2_y(ax_const, [line.get_ydata() for line in ax_const.get_lines()])
+        ax_const.set_ylabel("speed-up = τ, constant-time model (log scale)")
+        _set_title(ax_const, f"{result.set}: constant-time model (drafting free, one call = t(1))", fontsize=9.5)
         if legend:
             ax_const.legend(fontsize=7, loc="upper left")
     if ax_wall is not None:
@@ -304,9 +338,9 @@ def _pk_speedup_axes(ax_const, ax_wall, result, legend: bool = True) -> None:
                          label=f"{label}: τ·t(1)/(draft + t(P+1))" + (" (exact τ)" if key.endswith("exact") else ""))
         ax_wall.axhline(1.0, color="gray", lw=1, ls=":", label="plain decoding")
         _pk_log2_x(ax_wall, caps)
-        ax_wall.set_ylim(bottom=0)
-        ax_wall.set_ylabel("wall-clock speed-up (measured t(k), draft time)")
-        ax_wall.set_title(f"{result.set}: wall-clock estimate on this CPU", fontsize=9.5)
+        _log2_y(ax_wall, [line.get_ydata() for line in ax_wall.get_lines()])
+        ax_wall.set_ylabel("wall-clock speed-up (log scale)")
+        _set_title(ax_wall, f"{result.set}: wall-clock estimate on this CPU", fontsize=9.5)
         if legend:
             ax_wall.legend(fontsize=7, loc="upper left")
 
@@ -325,8 +359,8 @@ def pankratov_fig2(results: list, path) -> Path:
     fig, axes = plt.subplots(2, n, figsize=(5.6 * n, 9.0), squeeze=False)
     for j, res in enumerate(results):
         _pk_speedup_axes(axes[0, j], axes[1, j], res, legend=(j == 0))
-    fig.suptitle("Speed-up vs capacity P: bound vs oracle T*(P) vs real drafters "
-                 "(Pankratov & Alistarh, Fig. 2 in kind)", fontsize=11)
+    _suptitle(fig, "Speed-up vs capacity P: bound vs oracle T*(P) vs real drafters "
+                   "(Pankratov & Alistarh, Fig. 2 in kind)", fontsize=11)
     fig.tight_layout()
     return save_figure(fig, path)
 
@@ -347,7 +381,7 @@ def pankratov_synthetic(synth, path) -> Path:
     ax.plot([], [], "k:", lw=1.0, label="renewal bound lnP/μ + μ₂/μ²")
     ax.set_xlabel("ln P")
     ax.set_ylabel("E[X | T*(P)]")
-    ax.set_title("Optimal-tree value in i.i.d. environments (lines: exact best-first search)", fontsize=10)
+    _set_title(ax, "Optimal-tree value in i.i.d. environments (lines: exact best-first search)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="upper left")
     ax = axes[1]
@@ -364,7 +398,7 @@ def pankratov_synthetic(synth, path) -> Path:
     lo, hi = min(0.9, float(np.min(ratio - err)) - 0.02), max(1.1, float(np.max(ratio + err)) + 0.02)
     ax.set_xlim(lo, hi)
     ax.set_xlabel("fitted slope of E[X*] vs ln P, times μ (theory: 1)")
-    ax.set_title("slope · μ", fontsize=10)
+    _set_title(ax, "slope · μ", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, path)
@@ -393,5 +427,91 @@ def pankratov_moments(rows: list, path) -> Path:
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=8)
-    fig.suptitle("Surprisal moments on each model's own T = 1 samples (±2 SE across prompts)", fontsize=10)
+    _suptitle(fig, "Surprisal moments on each model's own T = 1 samples (±2 SE across prompts)")
+    return save_figure(fig, path)
+
+
+# ===================================================================================================
+# specbound advise: its typed Advice (.advise).
+# ===================================================================================================
+def _measured(settings: dict) -> list[tuple[int, float]]:
+    return [(x, settings[x].measured) for x in sorted(settings) if settings[x].measured is not None]
+
+
+def advise_speedups(advice, path) -> Path:
+    """`specbound advise`'s figure, one row per mode: chains (left) and dynamic trees (middle), predicted
+    and measured speed-ups over plain decoding on axes scaled to them; the ceilings — the speed of
+    light (the target's optimal tree T*(P) drafted for free, with this cost curve) and the (μ, μ₂) bound
+    — on a panel of their own (right, log scale), beside the best predicted setting, since they sit an
+    order of magnitude above what a real draft reaches and would flatten the measured points."""
+    modes = list(advice.modes.values())
+    fig, axes = plt.subplots(len(modes), 3, figsize=(15.0, 4.0 * len(modes)), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.25, 1.0, 1.0]})
+    for row, m in zip(axes, modes):
+        ax = row[0]
+        g = sorted(m.chain)
+        ax.plot(g, [m.chain[x].predicted for x in g], "-", color=_COLORS[0], label="chain, predicted")
+        if _measured(m.chain):
+            ax.plot(*zip(*_measured(m.chain)), "o", color=_COLORS[0], label="chain, measured")
+        if m.block:
+            b = sorted(m.block)
+            ax.plot(b, [m.block[x].predicted for x in b], "--", color=_COLORS[2],
+                    label="chain, block verification, predicted")
+            if _measured(m.block):
+                ax.plot(*zip(*_measured(m.block)), "s", color=_COLORS[2], mfc="white",
+                        label="chain, block verification, measured")
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="plain decoding")
+        ax.set_xlabel("chain length γ")
+        ax.set_ylabel("speed-up over plain decoding")
+        _set_title(ax, f"{m.mode}: chains")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7.5)
+        ax = row[1]
+        P = sorted(m.tree)
+        ax.plot(P, [m.tree[x].predicted for x in P], "-", color=_COLORS[1], label="dynamic tree, predicted")
+        if _measured(m.tree):
+            ax.plot(*zip(*_measured(m.tree)), "o", color=_COLORS[1], label="dynamic tree, measured")
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="plain decoding")
+        if m.speed_of_light:
+            top = max(m.speed_of_light, key=m.speed_of_light.get)
+            ax.text(0.98, 0.96, f"speed of light: {m.speed_of_light[top]:.1f}× at P = {top}\n(right panel)",
+                    transform=ax.transAxes, ha="right", va="top", fontsize=8, color=_COLORS[2])
+        if P:
+            _pk_log2_x(ax, P)
+        ax.set_xlabel("tree capacity P (log scale)")
+        ax.set_ylabel("speed-up over plain decoding")
+        _set_title(ax, f"{m.mode}: dynamic trees")
+        ax.legend(fontsize=7.5, loc="lower left")
+        ax = row[2]
+        lines = []
+        if m.speed_of_light:
+            sl = sorted(m.speed_of_light)
+            lines.append([m.speed_of_light[x] for x in sl])
+            ax.plot(sl, lines[-1], "--", color=_COLORS[2], label="speed of light: T*(P), free drafting")
+        if m.bound_speedup:
+            bs = sorted(m.bound_speedup)
+            lines.append([m.bound_speedup[x] for x in bs])
+            ax.plot(bs, lines[-1], ":", color=_COLORS[3], label="bound (μ, μ₂), free drafting")
+        best, measured = m.best_engine, m.best_measured
+        if best is not None:
+            lines.append([best.predicted])
+            ax.axhline(best.predicted, color=_COLORS[0], lw=1.2,
+                       label=f"best predicted: {best.label}, {best.predicted:.2f}×")
+        if measured is not None:
+            lines.append([measured.measured])
+            ax.axhline(measured.measured, color=_COLORS[0], lw=1.2, ls="-.",
+                       label=f"best measured: {measured.label}, {measured.measured:.2f}×")
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="plain decoding")
+        lines.append([1.0])
+        caps = sorted(set(m.speed_of_light) | set(m.bound_speedup))
+        if caps:
+            _pk_log2_x(ax, caps)
+            ax.set_xlabel("tree capacity P (log scale)")
+        _log2_y(ax, lines)
+        ax.set_ylabel("speed-up over plain decoding (log scale)")
+        _set_title(ax, f"{m.mode}: the ceilings")
+        ax.legend(fontsize=7.5, loc="best")
+    _suptitle(fig, f"specbound advise ({advice.config.engine}): target {advice.models['target']} ← draft "
+                   f"{advice.models['draft']}", fontsize=10)
+    fig.tight_layout()
     return save_figure(fig, path)
