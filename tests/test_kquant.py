@@ -2,8 +2,8 @@
 same weights GGUF's own dequantisation gives; the kernel's output is the product of those weights with
 activations rounded to int8 per 32 inputs (checked against a float64 reference computed here, within
 a bound derived from float32 rounding, and against the unrounded product within the bound the
-activation rounding allows); every row is the same whatever the other rows of the call (bit for bit);
-the AVX-512 path equals the portable path bit for bit; bad shapes are refused with a clear error."""
+activation rounding allows); every row is the same whatever the other rows of the call (bit for bit); bad shapes are refused with a
+clear error. Every kernel path against the portable one: test_kquant_paths.py."""
 import numpy as np
 import pytest
 import torch
@@ -103,24 +103,6 @@ def test_rows_are_bitwise_batch_invariant(kind):
     for i in range(11):
         torch.testing.assert_close(layer(x[i:i + 1]), together[i:i + 1], rtol=0, atol=0)
     torch.testing.assert_close(layer(x[3:7]), together[3:7], rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
-def test_vector_path_equals_portable_path_bitwise(kind):
-    if not kquant.vector_path():
-        pytest.skip("this CPU has no AVX-512 VNNI: only the portable path runs")
-    p = packed(kind, rows=64, cols=1024, seed=8)
-    x = torch.randn(9, 1024, generator=torch.Generator().manual_seed(9)) * 3
-    # the activation rounding has a vector and a portable form too: rows with exact ties (v * 127 / amax
-    # = n + 0.5 rounds to even), an all-zero 32-input block, a negative extreme and a large outlier
-    ties = torch.zeros(4, 1024)
-    ties[0, :32] = torch.arange(32) - 15.5
-    ties[0, 31] = 127.0                          # amax 127: v * inv = v, so the .5 values are ties
-    ties[1, 64:96] = -1.0
-    ties[2] = torch.linspace(-4, 4, 1024)
-    ties[3, ::7] = 1e4
-    x = torch.cat([x, ties])
-    torch.testing.assert_close(KQuantLinear(p)(x), KQuantLinear(p, portable=True)(x), rtol=0, atol=0)
 
 
 def test_threads_do_not_change_the_bits():

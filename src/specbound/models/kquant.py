@@ -1,20 +1,24 @@
-"""The GGUF file's own K-quant weights (Q4_K, Q6_K) read by specbound's CPU GEMM (``kquant.cpp``).
+"""The GGUF file's own K-quant weights (Q4_K, Q6_K) read by specbound's CPU GEMM (``kquant_core.cpp``).
 
 The packaged target is a Q4_K_M GGUF file. The int8 target (:mod:`.int8`) re-quantises its dequantised
 weights to 8 bits: 1.5 bytes per weight more than the file holds, and every read streams them.
 :class:`KQuantLinear` keeps the file's values exactly — 4-bit (Q4_K) or 6-bit (Q6_K) codes with their
 group scales — and multiplies them by activations rounded to int8 per row and per 32 inputs (finer
-than llama.cpp's 256), with exact integer sums (AVX-512 VNNI) and a fixed order of float operations:
+than llama.cpp's 256), with exact integer sums and a fixed order of float operations:
 
     Q4_K:  w = d · sc_g · q − dmin · m_g        Q6_K:  w = d · sc_g · (q − 32)
 
 so the layer is batch-invariant (a row's output does not depend on the other rows of the call, tested
-bit for bit) — what lets a verify pass of k drafted tokens agree with one-token decoding — and its
-AVX-512 path equals the portable C++ path bit for bit (tested). The weights equal the fp32 target's
-(the dequantised file) exactly; only activations are rounded, as llama.cpp also does (Q8_K).
+bit for bit) — what lets a verify pass of k drafted tokens agree with one-token decoding. The weights
+equal the fp32 target's (the dequantised file) exactly; only activations are rounded, as llama.cpp
+also does (Q8_K).
 
-The kernel is C++ compiled once per machine with the compiler torch uses (``torch.utils.cpp_extension``,
-~7 s, cached under ``~/.cache/torch_extensions``); :func:`kernel_available` says whether it built.
+The kernel has one path per CPU family — AVX-512 VNNI, AVX-VNNI, AVX2, ARM NEON dot product and i8mm —
+and a portable C++ one, all giving the same bits (tested; the ARM ones under an emulator). Which runs
+is decided at load from what the CPU and OS support (:func:`kernel_path`; ``SPECBOUND_KQUANT_PATH``
+forces one). It is compiled once per machine and kernel version with the compiler torch uses
+(``torch.utils.cpp_extension``, ~10 s, cached under ``~/.cache/torch_extensions``);
+:func:`kernel_available` says whether it built.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from ..errors import SpecboundError
 
 __all__ = ["KQUANT_ARCHITECTURES", "KQUANT_KINDS", "KQuantEmbedding", "KQuantLinear", "dequantize_packed", "dequantize_rows",
            "fuse_kquant_inputs", "kernel_available", "load_gguf_kquant", "load_kernel", "pack_q4_k", "pack_q4_values",
-           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "read_kquant_cache", "vector_path",
+           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "read_kquant_cache", "kernel_path", "kernel_paths", "supported_paths", "check_path", "kernel_hash",
            "write_kquant_cache"]
 
 #: GGUF tensor types this kernel reads, by name: the kernel's ``kind``.
@@ -42,8 +46,26 @@ _LOCK = threading.Lock()
 _STATE: dict = {}
 
 
+#: The kernel's source files (kquant.cpp is the torch binding, kquant_core.cpp the arithmetic).
+KERNEL_SOURCES = ("kquant.cpp", "kquant_core.cpp", "kquant_core.h", "kquant_x86.inc", "kquant_x86_256.inc",
+                  "kquant_arm.inc", "kquant_arm_kernels.inc")
+#: The environment variable that forces a kernel path (refused where the CPU lacks it).
+PATH_VARIABLE = "SPECBOUND_KQUANT_PATH"
+
+
+def kernel_hash() -> str:
+    """A hash of the kernel's sources: names its build and keys what was measured with it."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in KERNEL_SOURCES:
+        digest.update(name.encode() + b"\0" + Path(__file__).with_name(name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def load_kernel() -> None:
-    """Compile (once per machine; cached by torch) and load ``kquant.cpp``; a clear error if it cannot."""
+    """Compile (once per machine and kernel version; cached by torch) and load the K-quant kernel; a clear
+    error if it cannot. The build carries every path; which runs is decided per CPU at load."""
     with _LOCK:
         if "error" in _STATE:
             raise SpecboundError(_STATE["error"])
@@ -52,15 +74,21 @@ def load_kernel() -> None:
         try:
             from torch.utils import cpp_extension
 
-            source = Path(__file__).with_name("kquant.cpp")
-            cpp_extension.load(name="specbound_kquant", sources=[str(source)],
+            here = Path(__file__).parent
+            cpp_extension.load(name=f"specbound_kquant_{kernel_hash()}",
+                               sources=[str(here / "kquant.cpp"), str(here / "kquant_core.cpp")],
                                extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp"], extra_ldflags=["-fopenmp"],
-                               is_python_module=False, verbose=False)
+                               extra_include_paths=[str(here)], is_python_module=False, verbose=False)
         except Exception as exc:  # noqa: BLE001 - no compiler, no headers: every cause ends the same way
             _STATE["error"] = (f"the K-quant kernel did not build ({type(exc).__name__}: {str(exc)[:300]}); "
                                "it needs a C++ compiler (g++) and torch's headers")
             raise SpecboundError(_STATE["error"]) from None
         _register_fake()
+        names = str(torch.ops.specbound_kq.path_names()).split(",")
+        mask = int(torch.ops.specbound_kq.supported_paths())
+        _STATE["names"] = names
+        _STATE["supported"] = [n for i, n in enumerate(names) if mask >> i & 1]
+        _STATE["best"] = names[int(torch.ops.specbound_kq.best_path())]
         _STATE["loaded"] = True
 
 
@@ -72,10 +100,47 @@ def kernel_available() -> bool:
     return True
 
 
-def vector_path() -> bool:
-    """Whether the kernel runs its AVX-512 VNNI path on this CPU (else the portable, slower one)."""
+def kernel_paths() -> list[str]:
+    """Every kernel path this build knows, by name (portable, avx2, avxvnni, avx512vnni, neon, neon-i8mm)."""
     load_kernel()
-    return bool(torch.ops.specbound_kq.vector_path())
+    return list(_STATE["names"])
+
+
+def supported_paths() -> list[str]:
+    """The kernel paths this CPU and OS run (from CPUID/XGETBV or the ARM hardware capabilities)."""
+    load_kernel()
+    return list(_STATE["supported"])
+
+
+def check_path(name: str) -> str:
+    """``name`` if it is a kernel path this CPU runs; a clear error naming the choices otherwise."""
+    load_kernel()
+    if name not in _STATE["names"]:
+        raise SpecboundError(f"unknown K-quant kernel path {name!r}: choose one of {', '.join(_STATE['names'])}")
+    if name not in _STATE["supported"]:
+        raise SpecboundError(f"the K-quant kernel path {name!r} does not run on this CPU (it runs: "
+                             f"{', '.join(_STATE['supported'])})")
+    return name
+
+
+def kernel_path() -> str:
+    """The kernel path in use: ``SPECBOUND_KQUANT_PATH`` where set (checked: refused where the CPU lacks
+    it), else the fastest this CPU runs (AVX-512 VNNI > AVX-VNNI > AVX2 > NEON i8mm > NEON > portable)."""
+    import os
+
+    load_kernel()
+    forced = os.environ.get(PATH_VARIABLE, "").strip()
+    if forced:
+        try:
+            return check_path(forced)
+        except SpecboundError as exc:
+            raise SpecboundError(f"{PATH_VARIABLE}={forced}: {exc}") from None
+    return _STATE["best"]
+
+
+def path_id(name: str) -> int:
+    """The number the operator takes for kernel path ``name``."""
+    return _STATE["names"].index(check_path(name))
 
 
 def _register_fake() -> None:
@@ -83,7 +148,7 @@ def _register_fake() -> None:
         return
     try:
         @torch.library.register_fake("specbound_kq::gemm")
-        def _fake(x, codes, sc, mn, d, dmin, kind, portable):
+        def _fake(x, codes, sc, mn, d, dmin, kind, path):
             return x.new_empty(x.shape[0], codes.shape[0] * LANES)
     except RuntimeError:            # registered already in this process (a module re-imported)
         pass
@@ -221,17 +286,19 @@ def dequantize_packed(packed: dict) -> np.ndarray:
 class KQuantLinear(nn.Module):
     """y = x Wᵀ + b with W held as a GGUF K-quant tensor (Q4_K or Q6_K), read by ``specbound_kq::gemm``.
 
-    ``portable=True`` runs the kernel's portable C++ path (the same bits, slower): for tests, and the
-    path taken on CPUs without AVX-512 VNNI."""
+    ``kernel`` names the kernel path (:func:`kernel_path`'s by default; every path gives the same bits);
+    ``portable=True`` is ``kernel="portable"``, the plain C++ definition."""
 
-    def __init__(self, packed: dict, bias: torch.Tensor | None = None, portable: bool = False):
+    def __init__(self, packed: dict, bias: torch.Tensor | None = None, portable: bool = False, *,
+                 kernel: str | None = None):
         super().__init__()
         load_kernel()
         self.kind = int(packed["kind"])
         if self.kind not in KQUANT_KINDS.values():
             raise SpecboundError(f"unknown K-quant kind {self.kind}")
         self.out_features, self.in_features = packed["shape"]
-        self.portable = int(bool(portable))
+        self.kernel = "portable" if portable else (kernel or kernel_path())
+        self.kernel_number = path_id(self.kernel)
         for name in ("codes", "sc", "mn", "d", "dmin"):
             value = packed.get(name)
             tensor = torch.empty(0, dtype=torch.uint8 if name != "d" and name != "dmin" else torch.float32) \
@@ -245,7 +312,7 @@ class KQuantLinear(nn.Module):
             raise SpecboundError(f"input width {shape[-1]} != layer's {self.in_features}")
         rows = x.reshape(-1, self.in_features).float().contiguous()
         y = torch.ops.specbound_kq.gemm(rows, self.codes, self.sc, self.mn, self.d, self.dmin, self.kind,
-                                        self.portable)
+                                        self.kernel_number)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
@@ -396,7 +463,7 @@ def parsed_once(path, reader):
         gguf.GGUFReader = original
 
 
-def _build(parts: dict, portable: bool):
+def _build(parts: dict, kernel: str):
     """The Hugging Face module tree of ``parts`` (see :func:`_read_gguf`) with K-quant layers."""
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
@@ -410,10 +477,10 @@ def _build(parts: dict, portable: bool):
         if name == embedding_name:
             continue
         parent, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent), attr, KQuantLinear(packed, floats.pop(name + ".bias", None), portable))
+        setattr(model.get_submodule(parent), attr, KQuantLinear(packed, floats.pop(name + ".bias", None), kernel=kernel))
     if embedding_name not in layers:
         raise SpecboundError("the GGUF file has no K-quant token embedding (token_embd)")
-    embed = KQuantLinear(layers[embedding_name], None, portable)
+    embed = KQuantLinear(layers[embedding_name], None, kernel=kernel)
     model.model.embed_tokens = KQuantEmbedding(embed)
     if "lm_head" not in layers:
         model.lm_head = embed                     # tied: the output layer reads the embedding's blocks
@@ -425,7 +492,7 @@ def _build(parts: dict, portable: bool):
     return model.eval()
 
 
-def load_gguf_kquant(path, portable: bool = False, cache_dir=None):
+def load_gguf_kquant(path, portable: bool = False, cache_dir=None, *, kernel: str | None = None):
     """``(model, tokenizer)``: the Hugging Face module tree of a qwen2 GGUF file whose linear layers are
     :class:`KQuantLinear` over the file's own Q4_K / Q6_K blocks (nothing re-quantised; no float copy
     of the weights is made), its norms and biases float32 from the file, the embedding read from the
@@ -446,7 +513,7 @@ def load_gguf_kquant(path, portable: bool = False, cache_dir=None):
             parts = read_kquant_cache(Path(cache_dir), path)
             if parts is None:
                 raise SpecboundError(f"the K-quant copy just written to {cache_dir} does not read back")
-    return _build(parts, portable), parts["tokenizer"]
+    return _build(parts, "portable" if portable else (kernel or kernel_path())), parts["tokenizer"]
 
 
 # ------------------------------------------------------------------ the on-disk copy
@@ -619,7 +686,7 @@ def fuse_kquant_inputs(model, groups=(("q_proj", "k_proj", "v_proj"), ("gate_pro
             bias = None
             if any(m.bias is not None for m in layers):
                 bias = torch.cat([m.bias if m.bias is not None else torch.zeros(m.out_features) for m in layers])
-            share_input(module, names, layers, KQuantLinear(packed, bias, bool(first.portable)))
+            share_input(module, names, layers, KQuantLinear(packed, bias, kernel=first.kernel))
             count += 1
     return count
 

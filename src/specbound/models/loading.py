@@ -39,10 +39,9 @@ INT8_RECIPE = f"int8-fbgemm (per-channel weights, per-token activations, {INT8_O
 
 def kquant_kernels() -> str:
     """Kernel name of K-quant targets (part of the cost-cache key and of every report)."""
-    from .kquant import vector_path
+    from .kquant import kernel_path
 
-    path = "AVX-512 VNNI" if vector_path() else "portable C++"
-    return f"kquant (GGUF Q4_K/Q6_K weights as stored, int8 activations per 32 inputs, {path})"
+    return f"kquant (GGUF Q4_K/Q6_K weights as stored, int8 activations per 32 inputs, {kernel_path()} path)"
 
 
 def resolve_target_precision(precision: str | None, target: str | None = None, warn=None) -> str:
