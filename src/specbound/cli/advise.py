@@ -71,14 +71,17 @@ def run(args) -> int:
     if args.batch_context is not None and (args.batch is None or args.batch_context < 2):
         raise SpecboundError("--batch-context needs --batch" if args.batch is None
                              else f"--batch-context must be >= 2 tokens, got {args.batch_context}")
-    from ..models.loading import resolve_target_precision
     from ..options import FALLBACK_TARGET_PRECISION, resolve_compile
 
     if args.compile and args.engine != "torch":
         raise SpecboundError("--compile reads the torch target through torch.compile: use --engine torch")
     if args.engine == "torch":
-        args.target_precision = resolve_target_precision(args.target_precision, args.target,
-                                                         warn=lambda m: print(m, file=sys.stderr))
+        from . import output
+        from .arguments import choose_target
+
+        configure_threads(args.threads)
+        _, measured = choose_target(args, output.console(stderr=True))   # the default's target and why
+        measured.clear()
     elif args.target_precision is None:       # not used by --engine llamacpp (the GGUF files are read directly)
         args.target_precision = FALLBACK_TARGET_PRECISION
     args.compile = resolve_compile(args.compile, args.target_precision) if args.engine == "torch" else False

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 
 from ..errors import SpecboundError
 
-__all__ = ["TARGET_PRECISION_HELP", "add_compile", "add_draft_quant", "at_least", "int_list", "name_list", "positive_threads"]
+__all__ = ["TARGET_PRECISION_HELP", "add_compile", "add_draft_quant", "choose_target", "at_least", "int_list", "name_list", "positive_threads"]
 
 
 def int_list(minimum: int | None = None) -> Callable[[str], list[int]]:
@@ -82,7 +82,33 @@ def add_compile(p) -> None:
 
 #: ``--target-precision``'s help, one text for generate, bench and advise.
 TARGET_PRECISION_HELP = (
-    "the target you run (default: kquant for the packaged model or a .gguf file where the K-quant kernel builds, "
-    "else int8): kquant = the GGUF file's own Q4_K/Q6_K weights read by specbound's kernel, int8 = int8 weights and "
+    "the target you run (default, for the packaged model or a .gguf file: chosen by timing the candidates once on "
+    "this machine — kquant on this CPU's kernel path, or plain llama.cpp where nothing speculative is predicted to "
+    "beat it; a Hugging Face directory: int8): kquant = the GGUF file's own Q4_K/Q6_K weights read by specbound's kernel, int8 = int8 weights and "
     "activations (fbgemm), fp32 = the GGUF dequantised to float32; the quantised ones are different models, and "
     "decoding is lossless with respect to the one you run")
+
+
+def choose_target(args, console) -> tuple:
+    """The target a command decodes with: ``--target-precision`` as given, or the default chosen by
+    measurement on this machine (:mod:`specbound.measure.deployment`), said in one line. Set ``args.target_precision`` and return ``(deployment, models)``: the measured decision (None when
+    the precision was given, the target is not a GGUF file, or nothing but the int8 target can run) and
+    the models its measurement loaded, by role, for the caller to decode with."""
+    from ..measure.deployment import choose_deployment
+    from ..models.kquant import kernel_available
+    from ..models.loading import reads_gguf, resolve_target_precision
+    from ..options import DEFAULT_TARGET_PRECISION, resolve_compile, resolve_draft_engine
+
+    engine = resolve_draft_engine(getattr(args, "draft_engine", "auto"))
+    if args.target_precision is not None or not reads_gguf(args.target) or \
+            (not kernel_available() and engine != "llamacpp"):
+        args.target_precision = resolve_target_precision(args.target_precision, args.target, warn=console.print)
+        return None, {}
+    with console.status("choosing the target for this machine (first use only: times each candidate)…"):
+        deployment, models = choose_deployment(
+            target=args.target, draft=args.draft, draft_quant=getattr(args, "draft_quant", "q4_0"),
+            draft_engine=engine, compiled=resolve_compile(getattr(args, "compile", None), DEFAULT_TARGET_PRECISION))
+    console.print(deployment.describe())
+    args.target_precision = deployment.target_precision or (DEFAULT_TARGET_PRECISION if kernel_available()
+                                                            else resolve_target_precision(None, args.target))
+    return deployment, models

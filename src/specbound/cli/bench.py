@@ -72,11 +72,13 @@ def run(args) -> int:
     at_least(args, 0, "offset", "threads", "seed")
     modes = name_list(args.modes, MODES, "--modes")
     methods = name_list(args.methods, BENCH_METHODS, "--methods")
-    from ..models.loading import resolve_target_precision
     from ..options import COMPILED_PRECISIONS
+    from . import output
+    from .arguments import choose_target
 
-    args.target_precision = resolve_target_precision(args.target_precision, args.target,
-                                                     warn=lambda m: print(m, file=sys.stderr))
+    configure_threads(args.threads)
+    _, measured = choose_target(args, output.console(stderr=True))   # the default's target and why, in one line
+    measured.clear()                       # each method loads its own models
     if any(m in COMPILED_METHODS for m in methods) and args.target_precision not in COMPILED_PRECISIONS:
         raise SpecboundError("the *-compiled methods read a quantised target through torch.compile: use "
                              f"--target-precision {' or '.join(COMPILED_PRECISIONS)} (got {args.target_precision})")

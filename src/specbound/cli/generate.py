@@ -175,21 +175,20 @@ def draft_spec_from_args(args):
 
 
 def run(args) -> int:
-    from ..assets.prompts import format_prompt
-    from ..decoding import DecodeInterrupted, SamplingConfig, Speculator, autoregressive_decode, make_generator
-    from ..models.loading import load_pair, resolve_target_precision
-    from ..options import resolve_compile, resolve_draft_engine
+    from ..decoding import SamplingConfig
     from ..models.tokens import stop_token_ids
+    from ..options import resolve_compile, resolve_draft_engine
     from ..runtime import configure_threads
+    from .arguments import choose_target
 
     console = output.console(stderr=True, quiet=args.json)
     # every cheap argument first: nothing below loads a model before these pass
-    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    SamplingConfig(args.temperature, args.top_k, args.top_p)
     spec = draft_spec_from_args(args)
     if args.max_new_tokens < 1:
         raise SpecboundError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    args.target_precision = resolve_target_precision(args.target_precision, args.target, warn=console.print)
-    args.compile = resolve_compile(args.compile, args.target_precision)
+    if args.target_precision is not None:
+        resolve_compile(args.compile, args.target_precision)
     prompts = _pick_prompts(args)
     if len(prompts) > 1 and spec.shape == "auto":
         raise SpecboundError("--shape auto decodes one prompt (a batch's requests share one chain length per "
@@ -200,13 +199,43 @@ def run(args) -> int:
 
         load_llama_cpp()                   # not installed: say so before any model loads
     configure_threads(args.threads)
-    with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
-        target, draft = load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32,
-                                  target_precision=args.target_precision, draft_engine=args.draft_engine,
-                                  draft_quant=args.draft_quant, compiled=args.compile)
+    deployment, measured = choose_target(args, console)
+    args.compile = resolve_compile(args.compile, args.target_precision)
+    if deployment is not None and deployment.plain_llamacpp:
+        target = measured.pop("llamacpp")
+        measured.clear()                   # the measured torch target and draft are not needed
+        draft = None
+    else:
+        target, draft = _load_pair(args, measured, console)
+    stops = () if args.ignore_eos else stop_token_ids(target)
     if len(prompts) > 1:
-        return _run_batch(args, target, draft, prompts, spec, console)
-    prompt = prompts[0]
+        return _run_batch(args, target, draft, prompts, spec, stops, console)
+    return _run_one(args, target, draft, prompts[0], spec, stops, console)
+
+
+def _load_pair(args, measured: dict, console):
+    """The pair to decode with: the models the target choice measured (when it loaded the chosen target
+    and the draft this run asks for), else loaded now."""
+    from ..models.loading import check_same_tokenizer, load_pair
+
+    if args.target_precision in measured and "draft" in measured and args.draft_fp32 is False:
+        target, draft = measured.pop(args.target_precision), measured.pop("draft")
+        measured.clear()
+        check_same_tokenizer(target, draft)
+        return target, draft
+    measured.clear()
+    with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
+        return load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32,
+                         target_precision=args.target_precision, draft_engine=args.draft_engine,
+                         draft_quant=args.draft_quant, compiled=args.compile)
+
+
+def _run_one(args, target, draft, prompt, spec, stops, console) -> int:
+    """One prompt, streamed: speculative decoding (``speculative_decode``), or plain decoding where the
+    target choice found that nothing speculative beats plain llama.cpp here (``draft`` None)."""
+    from ..assets.prompts import format_prompt
+    from ..decoding import DecodeInterrupted, autoregressive_decode, speculative_decode
+
     text = format_prompt(target.tokenizer, prompt)
     ids = target.tokenizer(text, return_tensors="pt").input_ids
     if ids.shape[1] == 0:
@@ -226,11 +255,17 @@ def run(args) -> int:
 
     if not (args.json or args.quiet):
         sys.stdout.write(text if prompt.kind == "code" else f"[{prompt.kind} prompt {prompt.id}]\n")
-    engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule,
-                        () if args.ignore_eos else stop_token_ids(target), make_generator(args.seed))
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                    stop_token_ids=stops)
     status = 0
     try:
-        result = engine.run(ids, args.max_new_tokens, callback=stream)
+        if draft is None:
+            result = autoregressive_decode(target, ids, args.max_new_tokens, callback=stream, **sampling)
+        else:
+            result = speculative_decode(target, draft, ids, args.max_new_tokens, gamma=spec.gamma, tree=spec.tree,
+                                        tree_drafter=spec.tree_drafter, drafts=spec.drafts, design=spec.design,
+                                        relaxation=spec.relaxation, verification=spec.verification,
+                                        shape=spec.shape, callback=stream, **sampling)
     except DecodeInterrupted as stop:
         result, status = stop.result, 130
         console.print("\n[bold]interrupted[/bold]: metrics of the tokens generated so far")
@@ -241,7 +276,7 @@ def run(args) -> int:
         with console.status("plain target decoding for comparison…"):
             baseline = autoregressive_decode(target, ids, result.metrics.new_tokens, temperature=args.temperature,
                                              top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    report = _report(result, baseline, target, draft, prompt, _perfect_draft(engine.drafter))
+    report = _report(result, baseline, target, draft, prompt, _perfect_draft(result.costs))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -249,14 +284,13 @@ def run(args) -> int:
     return status
 
 
-def _run_batch(args, target, draft, prompts, spec, console) -> int:
+def _run_batch(args, target, draft, prompts, spec, stops, console) -> int:
     """Several prompts decoded together (``speculative_decode_batch``): a progress bar per request while
     they run, then each request's text and one table (per request and for the batch)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from ..assets.prompts import format_prompt
     from ..decoding import BatchInterrupted, autoregressive_decode_batch, speculative_decode_batch
-    from ..models.tokens import stop_token_ids
 
     tokenizer = target.tokenizer
     ids = []
@@ -265,7 +299,6 @@ def _run_batch(args, target, draft, prompts, spec, console) -> int:
         if not encoded:
             raise SpecboundError(f"prompt {prompt.id} tokenizes to nothing")
         ids.append(encoded)
-    stops = () if args.ignore_eos else stop_token_ids(target)
     status = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
                   transient=True) as progress:
@@ -274,12 +307,16 @@ def _run_batch(args, target, draft, prompts, spec, console) -> int:
         def advance(i, new_ids):
             progress.advance(tasks[i], len(new_ids))
 
+        sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                        stop_token_ids=stops, callback=advance)
         try:
-            batch = speculative_decode_batch(
-                target, draft, ids, args.max_new_tokens, gamma=spec.gamma, temperature=args.temperature,
-                top_k=args.top_k, top_p=args.top_p, seed=args.seed, tree=spec.tree, tree_drafter=spec.tree_drafter,
-                drafts=spec.drafts, design=spec.design, relaxation=spec.relaxation, verification=spec.verification,
-                stop_token_ids=stops, callback=advance)
+            if draft is None:
+                batch = autoregressive_decode_batch(target, ids, args.max_new_tokens, **sampling)
+            else:
+                batch = speculative_decode_batch(
+                    target, draft, ids, args.max_new_tokens, gamma=spec.gamma, tree=spec.tree,
+                    tree_drafter=spec.tree_drafter, drafts=spec.drafts, design=spec.design, relaxation=spec.relaxation,
+                    verification=spec.verification, **sampling)
         except BatchInterrupted as stop:
             batch, status = stop.result, 130
     baseline = None
@@ -288,8 +325,7 @@ def _run_batch(args, target, draft, prompts, spec, console) -> int:
             baseline = autoregressive_decode_batch(target, ids, [r.metrics.new_tokens for r in batch],
                                                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                                    seed=args.seed)
-    report = {"target": target.name, "draft": draft.name, "target_kernels": f"{target.info.backend}:{target.info.kernels}",
-              "draft_kernels": f"{draft.info.backend}:{draft.info.kernels}", "batch": len(prompts),
+    report = {**_model_names(target, draft), "batch": len(prompts),
               "interrupted": status != 0, "wall_time": batch.wall_time, "new_tokens": batch.new_tokens,
               "tokens_per_second": batch.tokens_per_second, "target_passes": batch.target_passes, "requests": []}
     for i, (prompt, r) in enumerate(zip(prompts, batch)):
@@ -340,23 +376,27 @@ def _print_batch_report(r: dict, console) -> None:
     console.print(line)
 
 
-def _perfect_draft(drafter) -> dict | None:
+def _perfect_draft(costs) -> dict | None:
     """The most this draft's cost allows (every drafted token accepted), from the cost model the run's
-    drafter sized its drafts with; None for drafters of fixed shape (no calibration)."""
+    drafter sized its drafts with; None for drafters of fixed shape (no calibration) and plain decoding."""
     from ..decoding.costs import perfect_draft_speedup
 
-    costs = drafter.cost_model()
     if costs is None:
         return None
     gamma, speedup = perfect_draft_speedup(costs)
     return {"gamma": gamma, "speedup": speedup}
 
 
+def _model_names(target, draft) -> dict:
+    """The pair and its kernels, as every report names them (no draft: plain decoding)."""
+    return {"target": target.name, "draft": draft.name if draft is not None else "none (plain decoding)",
+            "target_kernels": f"{target.info.backend}:{target.info.kernels}",
+            "draft_kernels": f"{draft.info.backend}:{draft.info.kernels}" if draft is not None else "-"}
+
+
 def _report(result, baseline, target, draft, prompt, perfect_draft: dict | None = None) -> dict:
     m = result.metrics
-    out = {"target": target.name, "draft": draft.name,
-           "target_kernels": f"{target.info.backend}:{target.info.kernels}",
-           "draft_kernels": f"{draft.info.backend}:{draft.info.kernels}",
+    out = {**_model_names(target, draft),
            "method": result.method, "prompt_id": prompt.id,
            "sampling": result.sampling, "lossless": result.lossless, "interrupted": m.interrupted,
            "new_tokens": m.new_tokens, "tau": m.tau, "target_calls": m.target_calls, "rejections": m.rejections,

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..errors import SpecboundError
 
-__all__ = ["ShownAcceptance", "acceptance_file", "acceptance_key", "read_acceptance", "remember_acceptance",
+__all__ = ["ShownAcceptance", "acceptance_file", "acceptance_key", "pooled_greedy_acceptance", "read_acceptance",
+           "remember_acceptance",
            "shrunk_acceptance"]
 
 ACCEPTANCE_VERSION = 1
@@ -123,6 +124,22 @@ def read_acceptance(key: str | None, path: Path | None = None) -> ShownAcceptanc
     if key is None:
         return None
     return _read_all(path or acceptance_file()).get(key)
+
+
+def pooled_greedy_acceptance(target_identity: str | None, draft_identity: str | None, path: Path | None = None,
+                             min_reached: float = 20.0) -> float | None:
+    """The greedy acceptance (accepted over tested drafted tokens, all depths) a pair has shown under any
+    kernels of its two models, by content identity — every K-quant kernel path gives the same bits, so
+    the same acceptance — or None with fewer than ``min_reached`` tested tokens remembered."""
+    if target_identity is None or draft_identity is None:
+        return None
+    accepted = reached = 0.0
+    for key, shown in _read_all(path or acceptance_file()).items():
+        parts = key.split("|")
+        if len(parts) == 3 and parts[2] == "greedy" and parts[0].startswith(target_identity + ":") \
+                and parts[1].startswith(draft_identity + ":"):
+            accepted, reached = accepted + sum(shown.accepted), reached + sum(shown.reached)
+    return accepted / reached if reached >= min_reached else None
 
 
 def remember_acceptance(key: str | None, metrics, path: Path | None = None) -> None:

@@ -248,7 +248,7 @@ def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_draf
     return out
 
 
-def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None, prompts, max_new_tokens,
+def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None, prompts, max_new_tokens, *,
                              gamma=None, temperature: float = 1.0, top_k: int | None = None,
                              top_p: float | None = None, seed=None, tree=None, tree_drafter: str = "dynamic",
                              callback=None, drafts: int | None = None, design: str = "B", relaxation=None,
@@ -319,7 +319,7 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
     return out
 
 
-def autoregressive_decode_batch(target: LanguageModel, prompts, max_new_tokens, temperature: float = 1.0,
+def autoregressive_decode_batch(target: LanguageModel, prompts, max_new_tokens, *, temperature: float = 1.0,
                                 top_k: int | None = None, top_p: float | None = None, seed=None,
                                 stop_token_ids=(), callback=None) -> BatchDecodeResult:
     """Plain batched decoding: every request reads one token per shared target pass (the baseline

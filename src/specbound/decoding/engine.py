@@ -349,7 +349,7 @@ class DraftSpec:
         return ChainDrafter(draft, sampling, self.gamma)
 
 
-def speculative_decode(target: LanguageModel, draft: LanguageModel | None, prompt, max_new_tokens: int,
+def speculative_decode(target: LanguageModel, draft: LanguageModel | None, prompt, max_new_tokens: int, *,
                        gamma=None, temperature: float = 1.0, top_k: int | None = None,
                        top_p: float | None = None, seed=None, tree: int | None = None,
                        tree_drafter: str = "dynamic", callback=None, drafts: int | None = None,
@@ -388,13 +388,18 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
     spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification, shape)
     engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule, stop_token_ids,
                         make_generator(seed))
-    out = engine.run(prompt, max_new_tokens, callback=callback)
+    try:
+        out = engine.run(prompt, max_new_tokens, callback=callback)
+    except DecodeInterrupted as stop:
+        stop.result.costs = engine.drafter.cost_model()
+        raise
+    out.costs = engine.drafter.cost_model()
     if spec.drafts_a_chain:
         remember_acceptance(acceptance_key(target, draft, sampling, spec.verification), [out.metrics])
     return out
 
 
-def autoregressive_decode(target: LanguageModel, prompt, max_new_tokens: int, temperature: float = 1.0,
+def autoregressive_decode(target: LanguageModel, prompt, max_new_tokens: int, *, temperature: float = 1.0,
                           top_k: int | None = None, top_p: float | None = None, seed=None,
                           stop_token_ids=(), callback=None) -> DecodeResult:
     """Plain decoding from the target, one target call per token (Yin et al. 2024, Alg. 3): the same

@@ -111,6 +111,7 @@ class DecodeResult:
     lossless: bool = True             # False for deliberately biased (relaxed) decoding
     sampling: str = ""
     rounds: list[RoundRecord] = field(default_factory=list)
+    costs: object = None              # the CostModel the drafter sized its drafts with (None: fixed shapes)
 
     def as_dict(self) -> dict:
         return {"method": self.method, "lossless": self.lossless, "sampling": self.sampling,

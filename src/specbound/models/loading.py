@@ -26,7 +26,7 @@ from ..options import (
     check_draft_quant, check_precision, resolve_compile, resolve_draft_engine,
 )
 
-__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_RECIPE", "TARGET_PRECISIONS", "build_int8", "int8_kernels", "kquant_kernels", "resolve_target_precision",
+__all__ = ["DEFAULT_DRAFT", "DEFAULT_TARGET", "DRAFT_ENGINES", "DEFAULT_TARGET_PRECISION", "INT8_RECIPE", "TARGET_PRECISIONS", "build_int8", "int8_kernels", "kquant_kernels", "reads_gguf", "resolve_target_precision",
            "check_draft_engine", "check_precision", "check_same_tokenizer", "load_engine_pair", "load_gguf_model",
            "load_model", "load_pair"]
 
@@ -44,13 +44,18 @@ def kquant_kernels() -> str:
     return f"kquant (GGUF Q4_K/Q6_K weights as stored, int8 activations per 32 inputs, {kernel_path()} path)"
 
 
+def reads_gguf(target) -> bool:
+    """Whether a target argument names a GGUF file: the packaged default or name, or a ``.gguf`` path."""
+    return target is None or str(target).endswith(".gguf") or is_packaged_name(target)
+
+
 def resolve_target_precision(precision: str | None, target: str | None = None, warn=None) -> str:
     """``--target-precision`` as given, or (None) the default: "kquant" when the target is a GGUF file
     (a packaged name or a ``.gguf`` path) and the K-quant kernel builds here, else "int8" — then
     ``warn`` (a callable taking a message) is told why, so a report never names a target it did not run."""
     if precision is not None:
         return check_precision(precision)
-    if target is not None and not str(target).endswith(".gguf") and not is_packaged_name(target):
+    if not reads_gguf(target):
         return FALLBACK_TARGET_PRECISION
     try:
         load_kernel()
