@@ -235,7 +235,15 @@ def test_a_damaged_or_foreign_copy_is_not_used(tmp_path, capsys):
     data = tensors.read_bytes()
     tensors.write_bytes(data[: len(data) // 2])                              # a partial write
     assert read_kquant_cache(copy_dir, source) is None
-    assert "wrong size" in capsys.readouterr().err
+    assert f"expected {len(data):,} bytes, found {len(data) // 2:,}" in capsys.readouterr().err
+    write_kquant_cache(copy_dir, source, parts)
+    assert read_kquant_cache(copy_dir, source) is not None                  # as written: usable
+    middle = len(data) // 2
+    flipped = bytearray(data)
+    flipped[middle:middle + 4096] = bytes(b ^ 0xFF for b in flipped[middle:middle + 4096])
+    tensors.write_bytes(bytes(flipped))                                      # damaged in place, same size
+    assert read_kquant_cache(copy_dir, source) is None
+    assert "kquant.safetensors: sha256 is" in capsys.readouterr().err
     write_kquant_cache(copy_dir, source, parts)
     os.utime(source, ns=(1, 1))                                              # the GGUF file changed
     assert read_kquant_cache(copy_dir, source) is None
@@ -287,3 +295,30 @@ def test_config_and_tokenizer_come_from_the_parse_already_made(tmp_path, monkeyp
     text = "the cat is in the tree, and it is hot!"
     assert once_tokenizer(text)["input_ids"] == tokenizer(text)["input_ids"]
     assert once_tokenizer.get_vocab() == tokenizer.get_vocab()
+
+
+def test_assets_list_states_of_a_copy(tmp_path):
+    """What ``assets list [--verify]`` reports for a K-quant copy: missing, ok (sizes and what changed),
+    verified (every sha256), damaged in place (found by the cheap check once the file changed), and a
+    copy of an older format (outdated, not damaged: the next load rebuilds it)."""
+    import json
+
+    from specbound.models.kquant import check_kquant_copy, write_kquant_cache
+
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"stands in for the GGUF file")
+    copy_dir = tmp_path / "copy"
+    assert check_kquant_copy(copy_dir) == ("missing", [])
+    write_kquant_cache(copy_dir, source, _tiny_parts(3))
+    assert check_kquant_copy(copy_dir) == ("ok", [])
+    assert check_kquant_copy(copy_dir, full=True) == ("verified", [])
+    tensors = copy_dir / "kquant.safetensors"
+    data = bytearray(tensors.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tensors.write_bytes(bytes(data))
+    state, problems = check_kquant_copy(copy_dir)
+    assert state == "damaged" and "kquant.safetensors: sha256 is" in problems[0]
+    write_kquant_cache(copy_dir, source, _tiny_parts(3))
+    desc = json.loads((copy_dir / "kquant.json").read_text())
+    (copy_dir / "kquant.json").write_text(json.dumps(dict(desc, format="specbound-kquant-v2")))
+    assert check_kquant_copy(copy_dir)[0] == "outdated"

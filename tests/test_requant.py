@@ -61,6 +61,12 @@ def test_a_damaged_or_foreign_copy_is_rebuilt(files, cache, capsys):
     assert requantized_gguf(files["draft"], "q4_0", progress=False) == path
     assert path.stat().st_size == size
     assert "damaged" in capsys.readouterr().err
+    good = path.read_bytes()
+    with open(path, "r+b") as fh:                                       # 4 KB flipped in the middle, same size
+        fh.seek(size // 2)
+        fh.write(bytes(b ^ 0xFF for b in good[size // 2:size // 2 + 4096]))
+    assert requantized_gguf(files["draft"], "q4_0", progress=False) == path
+    assert "sha256 is" in capsys.readouterr().err and path.read_bytes() == good
     manifest = path.parent / MANIFEST_FILE                               # made from another file
     record = json.loads(manifest.read_text())
     record["info"]["source_sha256"] = "0" * 64

@@ -25,7 +25,10 @@ __all__ = [
     "MANIFEST_FILE",
     "CacheCorrupt",
     "CacheNotWritable",
+    "VERIFIED_FILE",
     "atomic_write_bytes",
+    "changed_file_problems",
+    "mark_verified",
     "atomic_write_json",
     "atomic_write_text",
     "cache_root",
@@ -48,6 +51,8 @@ CACHE_ENV = "SPECBOUND_CACHE"
 #: Name of the manifest written into a verified directory.
 MANIFEST_FILE = "specbound-manifest.json"
 MANIFEST_FORMAT = 1
+#: Per directory: the (size, modification time) each file had when its sha256 last matched the manifest
+VERIFIED_FILE = ".specbound-verified.json"
 _CHUNK = 8 * 1024 * 1024
 
 
@@ -295,4 +300,50 @@ def manifest_problems(
             actual = sha256_file(path, on_bytes)
             if actual != record["sha256"]:
                 problems.append(f"{name}: sha256 is {actual}, expected {record['sha256']} (same size, changed content)")
+    return problems
+
+
+def _stat_stamp(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def mark_verified(directory: Path, names: Iterable[str]) -> None:
+    """Record that the files ``names`` of ``directory`` match the manifest as they are now (their size and
+    modification time), so that :func:`changed_file_problems` hashes them again only once they change.
+    Best effort: a read-only directory is hashed on every read instead."""
+    directory = Path(directory)
+    stamps = _read_stamps(directory)
+    stamps.update({name: _stat_stamp(directory / name) for name in names})
+    try:
+        atomic_write_json(directory / VERIFIED_FILE, stamps)
+    except OSError:
+        pass
+
+
+def _read_stamps(directory: Path) -> dict:
+    try:
+        stamps = json.loads((Path(directory) / VERIFIED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def changed_file_problems(directory: Path, manifest: dict, on_bytes: Callable[[int], None] | None = None) -> list[str]:
+    """:func:`manifest_problems` (sizes, cheap), and the sha256 of every file changed since it last
+    matched (:func:`mark_verified`): a copy damaged in place (same size, other bytes) is found on the
+    first read after the damage, and an unchanged copy costs one stat per file."""
+    problems = manifest_problems(directory, manifest)
+    if problems:
+        return problems
+    directory = Path(directory)
+    stamps = _read_stamps(directory)
+    changed = [name for name in manifest["files"] if stamps.get(name) != _stat_stamp(directory / name)]
+    for name in changed:
+        actual = sha256_file(directory / name, on_bytes)
+        if actual != manifest["files"][name]["sha256"]:
+            problems.append(f"{name}: sha256 is {actual}, expected {manifest['files'][name]['sha256']} "
+                            "(changed since it was written)")
+    if changed and not problems:
+        mark_verified(directory, changed)
     return problems

@@ -81,6 +81,7 @@ def run_list(args) -> int:
     print("Any local Hugging Face model directory also works: --target /path/to/model")
     print("fp32 caches are written only for --target-precision fp32 (or --draft-fp32); int8 caches are "
           "quantised straight from the GGUF files")
+    damaged = _derived_copies(out, verify=args.verify)
     installed = available_prompt_sets()
     sets = Table(title="prompt sets (--prompt-set)")
     for col in ("name", "installed", "description", "package"):
@@ -89,8 +90,53 @@ def run_list(args) -> int:
     for name, s in PROMPT_SETS.items():
         sets.add_row(name, "yes" if installed[name] else "no", s.description, s.requirement)
     out.print(sets)
-    return 1 if any(row.check.state == "damaged" or (row.int8 is not None and row.int8.state == "damaged")
-                    for row in rows) else 0
+    return 1 if damaged or any(row.check.state == "damaged" or (row.int8 is not None and row.int8.state == "damaged")
+                               for row in rows) else 0
+
+
+def _derived_copies(out, *, verify: bool) -> bool:
+    """Table of the copies the default decoding reads, made from the packaged GGUF files: the target's
+    K-quant copy and the draft's llama.cpp re-quantisation (checked: sizes and what changed since the last
+    match; sha256 of everything with --verify). True if one is damaged (the next load rebuilds it)."""
+    from rich.table import Table
+
+    from ..assets.gguf import gguf_path
+    from ..assets.models import PACKAGED_MODELS
+    from ..errors import SpecboundError
+    from ..models.kquant import check_kquant_copy
+    from ..models.loading import _kquant_cache_dir
+    from ..options import DRAFT_QUANTS
+
+    table = Table(title="copies the default reads (made once from the GGUF files)" + (", sha256 verified" if verify else ""))
+    for col in ("model", "copy", "state", "path"):
+        table.add_column(col, overflow="fold")
+    damaged = False
+    for m in PACKAGED_MODELS.values():
+        try:
+            source = gguf_path(m.name, progress=False)
+        except SpecboundError:
+            continue
+        checks = []
+        directory = _kquant_cache_dir(m.name, source)
+        checks.append(("K-quant target copy", *check_kquant_copy(directory, full=verify), directory))
+        try:
+            from ..models.requant import check_requantized, requantized_dir
+
+            for quant in (q for q in DRAFT_QUANTS if q != "file"):
+                checks.append((f"{quant} draft (llama.cpp)", *check_requantized(source, quant, full=verify),
+                               requantized_dir(source, quant)))
+        except SpecboundError:          # llama.cpp's binding not installed: no re-quantised drafts
+            pass
+        for what, state, problems, path in checks:
+            if state == "missing":
+                continue
+            damaged |= state == "damaged"
+            table.add_row(m.name, what, state + "".join(f"; {p}" for p in problems), str(path))
+    if table.row_count:
+        out.print(table)
+        if damaged:
+            print("a damaged copy is rebuilt from its GGUF file the next time it is loaded")
+    return damaged
 
 
 def run_models(args) -> int:

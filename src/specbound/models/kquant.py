@@ -31,11 +31,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..assets.cache import CacheCorrupt, changed_file_problems, mark_verified, read_manifest, write_manifest
 from ..errors import SpecboundError
 
 __all__ = ["KQUANT_ARCHITECTURES", "KQUANT_KINDS", "KQuantEmbedding", "KQuantLinear", "dequantize_packed", "dequantize_rows",
            "fuse_kquant_inputs", "kernel_available", "load_gguf_kquant", "load_kernel", "pack_q4_k", "pack_q4_values",
-           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "read_kquant_cache", "kernel_path", "kernel_paths", "supported_paths", "check_path", "kernel_hash",
+           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "read_kquant_cache", "check_kquant_copy", "kernel_path", "kernel_paths", "supported_paths", "check_path", "kernel_hash",
            "write_kquant_cache"]
 
 #: GGUF tensor types this kernel reads, by name: the kernel's ``kind``.
@@ -517,7 +518,7 @@ def load_gguf_kquant(path, portable: bool = False, cache_dir=None, *, kernel: st
 
 
 # ------------------------------------------------------------------ the on-disk copy
-KQUANT_FORMAT = "specbound-kquant-v2"          # v2: Q6_K codes packed in 6 bits (v1: bytes)
+KQUANT_FORMAT = "specbound-kquant-v3"          # v3: a sha256 manifest; v2: Q6_K codes packed in 6 bits (v1: bytes)
 _PACKED_FIELDS = ("codes", "sc", "mn", "d", "dmin")
 
 
@@ -566,10 +567,11 @@ def write_kquant_cache(directory: Path, source: Path, parts: dict) -> None:
                       dict(header, __metadata__={"format": KQUANT_FORMAT}))
     parts["config"].save_pretrained(str(tmp))
     parts["tokenizer"].save_pretrained(str(tmp))
-    files = {f.name: f.stat().st_size for f in tmp.iterdir() if f.is_file()}
     (tmp / "kquant.json").write_text(json.dumps({"format": KQUANT_FORMAT, "source": _source_stamp(source),
-                                                 "layers": layers, "floats": sorted(floats),
-                                                 "files": files}, indent=1), encoding="utf-8")
+                                                 "layers": layers, "floats": sorted(floats)}, indent=1),
+                                     encoding="utf-8")
+    manifest = write_manifest(tmp, info={"format": KQUANT_FORMAT, "source": str(Path(source).resolve())})
+    mark_verified(tmp, manifest["files"])
     shutil.rmtree(directory, ignore_errors=True)
     tmp.rename(directory)
 
@@ -606,17 +608,38 @@ def read_kquant_cache(directory: Path, source: Path) -> dict | None:
         elif desc.get("source") != _source_stamp(Path(source)):
             problem = "made from another GGUF file (size or modification time differ)"
         else:
-            for name, size in desc["files"].items():
-                if not (directory / name).is_file() or (directory / name).stat().st_size != size:
-                    problem = f"{name} is missing or has the wrong size"
-                    break
+            manifest = read_manifest(directory)
+            problems = ["no manifest"] if manifest is None else changed_file_problems(directory, manifest)
+            problem = "; ".join(problems) or None
         if problem is None:
             return _read_parts(directory, desc)
-    except (OSError, ValueError, KeyError, TypeError, SpecboundError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, SpecboundError, CacheCorrupt) as exc:
         problem = f"unreadable ({type(exc).__name__}: {exc})"
     print(f"{directory}: the K-quant copy is not usable ({problem}); rebuilding it from {Path(source).name}",
           file=sys.stderr)
     return None
+
+
+def check_kquant_copy(directory: Path, *, full: bool = False) -> tuple[str, list[str]]:
+    """State of a K-quant copy as ``assets list`` shows it: ("missing" | "outdated" | "ok" | "verified" |
+    "damaged", problems). The cheap check reads sizes and hashes what changed since it last matched; ``full``
+    recomputes every sha256."""
+    from ..assets.cache import manifest_problems
+
+    directory = Path(directory)
+    if not (directory / "kquant.json").is_file():
+        return "missing", []
+    try:
+        fmt = json.loads((directory / "kquant.json").read_text(encoding="utf-8")).get("format")
+        manifest = read_manifest(directory)
+    except (OSError, ValueError, AttributeError, CacheCorrupt) as exc:
+        return "damaged", [str(exc)]
+    if fmt != KQUANT_FORMAT or manifest is None:
+        return "outdated", [f"format {fmt!r}, made by another specbound version: the next load rebuilds it"]
+    problems = manifest_problems(directory, manifest, full=True) if full else changed_file_problems(directory, manifest)
+    if full and not problems:
+        mark_verified(directory, manifest["files"])
+    return ("damaged" if problems else "verified" if full else "ok"), problems
 
 
 _SAFETENSORS_DTYPES = {"U8": np.uint8, "I8": np.int8, "F32": np.float32}

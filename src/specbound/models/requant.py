@@ -12,7 +12,8 @@ read in ~11 ms, while greedy acceptance on code falls by only a few percent
 :func:`requantized_gguf` writes ``<cache>/gguf/<stem>@<quant>-<sha16 of the source>/model.gguf``
 with llama.cpp's own quantiser (re-quantising dequantises each tensor to f32 first), through a
 staging directory renamed into place, and a manifest of its size and sha256. A cached copy is checked
-(size, source hash, quant) on every read and rebuilt when it is wrong.
+on every read (size, source hash, quant; its sha256 again whenever the file changed since it last
+matched) and rebuilt when it is wrong.
 """
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ from pathlib import Path
 from ..assets.cache import (
     CacheCorrupt,
     cache_root,
+    changed_file_problems,
     is_write_error,
     make_readable,
     make_staging_dir,
-    manifest_problems,
+    mark_verified,
     not_writable,
     read_manifest,
     remove_stale_staging,
@@ -40,7 +42,7 @@ from ..errors import SpecboundError
 from ..options import DRAFT_QUANTS, check_draft_quant
 from .llamacpp import gguf_sha256, load_llama_cpp
 
-__all__ = ["DRAFT_QUANTS", "requantized_dir", "requantized_gguf"]
+__all__ = ["DRAFT_QUANTS", "check_requantized", "requantized_dir", "requantized_gguf"]
 
 #: llama.cpp's file-type code per quant name (``enum llama_ftype``) and the ggml type of the tied
 #: embedding / output head (``enum ggml_type``): the head is a third of a 0.5B model's weights.
@@ -67,7 +69,23 @@ def _usable(directory: Path, source_sha: str, quant: str) -> list[str]:
         return [f"made from {info.get('source_sha256', '?')[:16]} as {info.get('quant')!r}"]
     if FILE_NAME not in manifest["files"]:
         return [f"the manifest records no {FILE_NAME}"]
-    return manifest_problems(directory, manifest)
+    return changed_file_problems(directory, manifest)
+
+
+def check_requantized(source, quant: str = "q4_0", *, full: bool = False) -> tuple[str, list[str]]:
+    """State of the ``quant`` copy of ``source`` as ``assets list`` shows it ("missing" | "ok" | "verified" |
+    "damaged", problems); ``full`` recomputes its sha256."""
+    from ..assets.cache import manifest_problems
+
+    directory = requantized_dir(Path(source), quant)
+    if not directory.is_dir():
+        return "missing", []
+    problems = _usable(directory, gguf_sha256(source), quant)
+    if full and not problems:
+        problems = manifest_problems(directory, read_manifest(directory), full=True)
+        if not problems:
+            mark_verified(directory, read_manifest(directory)["files"])
+    return ("damaged" if problems else "verified" if full else "ok"), problems
 
 
 def requantized_gguf(source, quant: str = "q4_0", progress: bool = True) -> Path:
@@ -105,8 +123,9 @@ def requantized_gguf(source, quant: str = "q4_0", progress: bool = True) -> Path
         rc = lib.llama_model_quantize(str(source).encode(), str(staging / FILE_NAME).encode(), ctypes.byref(params))
         if rc != 0 or not (staging / FILE_NAME).is_file():
             raise SpecboundError(f"llama.cpp could not re-quantise {str(source)!r} to {quant} (return code {rc})")
-        write_manifest(staging, info={"source": str(source), "source_sha256": source_sha, "quant": quant,
-                                      "seconds": round(time.perf_counter() - t0, 1)})
+        manifest = write_manifest(staging, info={"source": str(source), "source_sha256": source_sha, "quant": quant,
+                                                 "seconds": round(time.perf_counter() - t0, 1)})
+        mark_verified(staging, manifest["files"])
         make_readable(staging)
         swap_into_place(staging, directory)
     except OSError as exc:
