@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -258,7 +259,12 @@ def choose_deployment(*, target=None, draft=None, draft_quant: str = "q4_0", dra
     models: dict = {}
     candidates: list[Candidate] = []
     if kernel_available():
-        models["kquant"] = load_model(target, progress, precision="kquant", compiled=compiled)
+        try:
+            models["kquant"] = load_model(target, progress, precision="kquant", compiled=compiled)
+        except SpecboundError as exc:            # e.g. tensors of other types: not a candidate, said why
+            if not have_llama:
+                raise
+            print(f"the K-quant target is not a candidate here: {exc}", file=sys.stderr)
     int8_copy = _int8_copy_exists(target)
     if int8_copy:
         models["int8"] = load_model(target, progress, precision="int8", compiled=compiled)

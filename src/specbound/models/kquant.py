@@ -36,7 +36,7 @@ from ..errors import SpecboundError
 
 __all__ = ["KQUANT_ARCHITECTURES", "KQUANT_KINDS", "KQuantEmbedding", "KQuantLinear", "dequantize_packed", "dequantize_rows",
            "fuse_kquant_inputs", "kernel_available", "load_gguf_kquant", "load_kernel", "pack_q4_k", "pack_q4_values",
-           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "read_kquant_cache", "check_kquant_copy", "kernel_path", "kernel_paths", "supported_paths", "check_path", "kernel_hash",
+           "pack_q6_k", "q4_k_codes", "q6_k_codes", "quantize_kquant", "quantize_q4_k", "read_kquant_cache", "check_kquant_copy", "unpermute_rows", "kernel_path", "kernel_paths", "supported_paths", "check_path", "kernel_hash",
            "write_kquant_cache"]
 
 #: GGUF tensor types this kernel reads, by name: the kernel's ``kind``.
@@ -352,7 +352,29 @@ _GGUF_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layer
                "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
                "ffn_down": "mlp.down_proj"}
-KQUANT_ARCHITECTURES = ("qwen2",)   # llama's GGUF permutes q/k rows for its rotary layout: not read here
+#: GGUF architectures the K-quant target reads. llama's converter permutes the q/k rows of every head for
+#: llama.cpp's rotary layout (pairs of adjacent rows); they are put back in Hugging Face's order on reading
+#: (:func:`unpermute_rows`). Mistral and SmolLM2 files are "llama" too.
+KQUANT_ARCHITECTURES = ("qwen2", "llama")
+_PERMUTED = {"llama": ("attn_q", "attn_k")}
+
+
+def unpermute_rows(rows: np.ndarray, heads: int) -> np.ndarray:
+    """Rows of a q or k projection as llama.cpp's converter wrote them (per head, row 2i + j holds
+    Hugging Face's row j·d/2 + i, d the head size) back in Hugging Face's order. Works on any row
+    payload (float rows or a row's quantised blocks): only whole rows move."""
+    n = rows.shape[0]
+    if heads < 1 or n % (2 * heads):
+        raise SpecboundError(f"cannot un-permute {n} rows for {heads} heads")
+    return np.ascontiguousarray(rows.reshape(heads, n // heads // 2, 2, -1).swapaxes(1, 2).reshape(rows.shape))
+
+
+def _field(reader, name: str):
+    field = reader.fields.get(name)
+    if field is None:
+        return None
+    value = field.parts[field.data[0]]
+    return bytes(value).decode() if field.types and field.types[0].name == "STRING" else int(value[0])
 
 
 def _hf_name(gguf_name: str) -> str:
@@ -375,8 +397,7 @@ def _open_gguf(path: Path):
     from transformers import AutoConfig, AutoTokenizer
 
     reader = gguf.GGUFReader(str(path))
-    field = reader.fields.get("general.architecture")
-    arch = bytes(field.parts[field.data[0]]).decode() if field is not None else "?"
+    arch = _field(reader, "general.architecture") or "?"
     if arch not in KQUANT_ARCHITECTURES:
         raise SpecboundError(f"{path.name}: architecture {arch!r}; the K-quant target reads {KQUANT_ARCHITECTURES}")
     with parsed_once(path, reader):
@@ -389,15 +410,28 @@ def _gguf_tensors(reader, path: Path):
     """The file's tensors one at a time, by Hugging Face name: a packed K-quant layer (dict, the name
     without ".weight") or a float tensor (norms, biases). Each tensor's mapped pages are released once it
     is unpacked, so streaming them into the on-disk copy never holds the file and its copy at once."""
+    arch = _field(reader, "general.architecture")
+    heads = {"attn_q": _field(reader, f"{arch}.attention.head_count"),
+             "attn_k": _field(reader, f"{arch}.attention.head_count_kv") or _field(reader, f"{arch}.attention.head_count")}
     for t in reader.tensors:
         kind = t.tensor_type.name
+        parts = t.name.split(".")
+        permuted = len(parts) > 2 and parts[2] in _PERMUTED.get(arch, ())
         if kind == "F32":
             shape = tuple(reversed([int(n) for n in t.shape]))
-            yield _hf_name(t.name), torch.from_numpy(np.array(t.data, dtype=np.float32).reshape(shape).copy())
+            value = np.array(t.data, dtype=np.float32).reshape(shape)
+            if permuted:
+                value = unpermute_rows(value, heads[parts[2]])
+            yield _hf_name(t.name), torch.from_numpy(value.copy())
         elif kind in KQUANT_KINDS:
-            yield _hf_name(t.name)[: -len(".weight")], pack_q4_k(t.data) if kind == "Q4_K" else pack_q6_k(t.data)
+            raw = unpermute_rows(np.asarray(t.data), heads[parts[2]]) if permuted else t.data
+            yield _hf_name(t.name)[: -len(".weight")], pack_q4_k(raw) if kind == "Q4_K" else pack_q6_k(raw)
         else:
-            raise SpecboundError(f"{path.name}: tensor {t.name} is {kind}; the K-quant target reads Q4_K and Q6_K only")
+            width = int(t.shape[0])
+            why = (f" (its rows are {width} wide: K-quants need multiples of 256, so the file could not store it as one)"
+                   if width % 256 else "")
+            raise SpecboundError(f"{path.name}: tensor {t.name} is {kind}{why}; the K-quant target reads Q4_K and Q6_K "
+                                 "only (the default decodes such a file plainly on llama.cpp)")
         _release_pages(reader, int(t.data_offset), int(t.n_bytes))
 
 
