@@ -110,8 +110,8 @@ def main(argv=None) -> int:
     if args.repeats < 1 or args.threads < 1:
         parser.error("--repeats and --threads must be >= 1")
     if not vnni_available():
-        print("this CPU has no AVX-512 VNNI: the K-quant kernel runs its portable path here, and this "
-              "script measures the VNNI peak only", file=sys.stderr)
+        print("this CPU has no AVX-512 VNNI, and this script measures that path's peak only "
+              "(benchmarks/kquant_paths.py measures every path this CPU runs)", file=sys.stderr)
         return 2
     configure_threads(args.threads)
     warnings.simplefilter("ignore")
