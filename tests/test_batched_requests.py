@@ -291,7 +291,7 @@ def test_generate_decodes_several_prompts_as_one_batch(hf_pair, monkeypatch, cap
     draft = StaticCacheHFModel(hf_pair[1], CharTokenizer(), name="tiny-draft")
     monkeypatch.setattr(loading, "load_pair", lambda *a, **k: (target, draft))
     status = main(["generate", "--prompt-set", "builtin", "--index", "0,1,2", "--max-new-tokens", "9", "--gamma", "2",
-                   "--threads", "1", "--baseline", "--json"])
+                   "--threads", "1", "--baseline", "--json", "--target-precision", "int8"])
     assert status == 0
     report = json.loads(capsys.readouterr().out)
     assert report["batch"] == 3 and len(report["requests"]) == 3

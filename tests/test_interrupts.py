@@ -48,7 +48,7 @@ def test_sigint_during_generation_stops_within_a_round_and_exits_130(tmp_path, e
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER.format(tests=str(Path(__file__).parent)))
     argv = [sys.executable, str(driver), "generate", "--prompt", "def add(a, b):", "--max-new-tokens", "400",
-            "--ignore-eos", "--threads", "1", *(extra or ["--gamma", "3"])]
+            "--ignore-eos", "--threads", "1", "--target-precision", "int8", *(extra or ["--gamma", "3"])]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # a suite started as a background job of a non-interactive shell ignores SIGINT, and a child inherits
     # that: start the child with the default disposition, as a terminal's Ctrl-C would find it

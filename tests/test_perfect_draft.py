@@ -42,7 +42,7 @@ def test_generate_reports_the_perfect_draft_of_a_sized_run(tiny_models, monkeypa
     monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path))           # the calibration is written there
     monkeypatch.setattr(loading, "load_pair", lambda *a, **k: tiny_models)
     argv = ["generate", "--prompt-set", "builtin", "--index", "0", "--max-new-tokens", "12", "--threads", "1",
-            "--baseline"] + (["--gamma", gamma] if gamma else [])
+            "--baseline", "--target-precision", "int8"] + (["--gamma", gamma] if gamma else [])
     assert main(argv + ["--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert ("perfect_draft" in report) == shown                    # fixed γ never calibrates: nothing to price

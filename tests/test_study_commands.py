@@ -47,9 +47,9 @@ def test_bench_command_runs_the_study_and_writes_its_report(tmp_path, monkeypatc
     argv = ["bench", "--prompt-set", "builtin", "--offset", "0", "--n-prompts", "2", "--max-new-tokens", "5",
             "--methods", "hf-generate,specbound-chain", "--modes", "sampled", "--seeds", "2", "--seed", "3",
             "--threads", "1", "--no-progress", "--out", str(tmp_path)]
-    assert main(argv) == 0
-    (methods, pair), = asked
     default = resolve_target_precision(None)          # kquant where the K-quant kernel builds, else int8
+    assert main(argv + ["--target-precision", default]) == 0      # given: no timing of the packaged models
+    (methods, pair), = asked
     assert methods == ("hf-generate", "specbound-chain") and pair == bench.PairSpec(None, None, default, compiled=True)
     data = json.loads((tmp_path / "bench-builtin-sampled.json").read_text())
     assert len(data["rows"]) == 4 and (tmp_path / "bench-builtin-sampled.md").is_file()
@@ -72,7 +72,7 @@ def test_bench_batch_command_runs_the_study(tmp_path, monkeypatch, capsys):
     cost_curve = batched.measure_costs
     monkeypatch.setattr(batched, "measure_costs", lambda t, d, repeats: cost_curve(t, d, ks=(1, 2, 4, 8), repeats=1))
     argv = ["bench", "--batch", "1,2", "--gammas", "2", "--prompt-set", "builtin", "--offset", "0", "--n-prompts", "2",
-            "--max-new-tokens", "4", "--threads", "1", "--out", str(tmp_path)]
+            "--max-new-tokens", "4", "--threads", "1", "--out", str(tmp_path), "--target-precision", "int8"]
     assert main(argv) == 0
     data = json.loads((tmp_path / "batched-builtin.json").read_text())
     assert data["config"]["batches"] == [1, 2] and data["config"]["gammas"] == [2] and len(data["prompts"]) == 2

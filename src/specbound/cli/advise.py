@@ -75,16 +75,8 @@ def run(args) -> int:
 
     if args.compile and args.engine != "torch":
         raise SpecboundError("--compile reads the torch target through torch.compile: use --engine torch")
-    if args.engine == "torch":
-        from . import output
-        from .arguments import choose_target
-
-        configure_threads(args.threads)
-        _, measured = choose_target(args, output.console(stderr=True))   # the default's target and why
-        measured.clear()
-    elif args.target_precision is None:       # not used by --engine llamacpp (the GGUF files are read directly)
-        args.target_precision = FALLBACK_TARGET_PRECISION
-    args.compile = resolve_compile(args.compile, args.target_precision) if args.engine == "torch" else False
+    if args.engine == "torch" and args.target_precision is not None:
+        resolve_compile(args.compile, args.target_precision)
     batches = ()
     if args.batch is not None:
         batches = tuple(args.batch)
@@ -100,6 +92,15 @@ def run(args) -> int:
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     _check_engine_available("llamacpp" if args.draft_engine == "llamacpp" else args.engine)
     configure_threads(args.threads)
+    if args.engine == "torch":               # every cheap check above: now the target, timed once per machine
+        from . import output
+        from .arguments import choose_target
+
+        _, measured = choose_target(args, output.console(stderr=True))   # the default's target and why
+        measured.clear()
+    elif args.target_precision is None:       # not used by --engine llamacpp (the GGUF files are read directly)
+        args.target_precision = FALLBACK_TARGET_PRECISION
+    args.compile = resolve_compile(args.compile, args.target_precision) if args.engine == "torch" else False
     config = AdviseConfig(engine=args.engine, prompt_set=args.prompt_set, offset=args.offset,
                           n_prompts=len(calibration), tokens=args.tokens, positions=args.positions,
                           repeats=args.repeats, modes=modes, batches=batches)

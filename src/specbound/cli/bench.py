@@ -72,17 +72,16 @@ def run(args) -> int:
     at_least(args, 0, "offset", "threads", "seed")
     modes = name_list(args.modes, MODES, "--modes")
     methods = name_list(args.methods, BENCH_METHODS, "--methods")
-    from ..options import COMPILED_PRECISIONS
+    from ..options import COMPILED_PRECISIONS, DEFAULT_TARGET_PRECISION
     from . import output
     from .arguments import choose_target
 
-    configure_threads(args.threads)
-    _, measured = choose_target(args, output.console(stderr=True))   # the default's target and why, in one line
-    measured.clear()                       # each method loads its own models
-    if any(m in COMPILED_METHODS for m in methods) and args.target_precision not in COMPILED_PRECISIONS:
+    given = args.target_precision or DEFAULT_TARGET_PRECISION       # the default is compiled where chosen
+    if any(m in COMPILED_METHODS for m in methods) and given not in COMPILED_PRECISIONS:
         raise SpecboundError("the *-compiled methods read a quantised target through torch.compile: use "
-                             f"--target-precision {' or '.join(COMPILED_PRECISIONS)} (got {args.target_precision})")
-    args.compile = resolve_compile(args.compile, args.target_precision)
+                             f"--target-precision {' or '.join(COMPILED_PRECISIONS)} (got {given})")
+    if args.target_precision is not None:
+        resolve_compile(args.compile, args.target_precision)
     if any(m in LLAMACPP_METHODS for m in methods) and not (args.verify_cost or args.contention or args.batch):
         from ..models.llamacpp import load_llama_cpp
 
@@ -91,6 +90,14 @@ def run(args) -> int:
     out = check_output_dir(args.out)
     if sum(map(bool, (args.verify_cost, args.contention, args.batch))) > 1:
         raise SpecboundError("--verify-cost, --contention and --batch are separate benchmarks: pick one")
+    if args.batch:
+        _gammas(args.gammas)
+    if not args.verify_cost:             # a bad set or offset fails here, before the target choice
+        load_prompts(args.prompt_set, limit=1 if args.contention else args.n_prompts, offset=args.offset)
+    configure_threads(args.threads)
+    _, measured = choose_target(args, output.console(stderr=True))   # the default's target and why, in one line
+    measured.clear()                       # each method loads its own models
+    args.compile = resolve_compile(args.compile, args.target_precision)
     if args.batch:
         gammas = _gammas(args.gammas)
         prompts = load_prompts(args.prompt_set, limit=args.n_prompts, offset=args.offset)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..assets.cache import atomic_write_json, cache_root
 from ..errors import SpecboundError
 
 __all__ = ["ShownAcceptance", "acceptance_file", "acceptance_key", "pooled_greedy_acceptance", "read_acceptance",
@@ -63,8 +64,6 @@ class ShownAcceptance:
 
 
 def acceptance_file() -> Path:
-    from ..assets.cache import cache_root
-
     return cache_root() / "acceptance.json"
 
 
@@ -165,8 +164,6 @@ def remember_acceptance(key: str | None, metrics, path: Path | None = None) -> N
         reached[:len(old.reached)] += FORGET * np.asarray(old.reached)
         accepted[:len(old.accepted)] += FORGET * np.asarray(old.accepted)
     entries[key] = ShownAcceptance(tuple(accepted.tolist()), tuple(reached.tolist()))
-    from ..assets.cache import atomic_write_json
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, {"version": ACCEPTANCE_VERSION, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -42,6 +42,19 @@ __all__ = ["BatchDecodeResult", "BatchInterrupted", "autoregressive_decode_batch
 
 #: rows reserve cache slots in doublings; tree nodes of one round on top of prompt + new tokens
 _TREE_SLOTS = 64
+#: a row's reserved slots may reach this many times what it uses (its reservations double)
+_RESERVE_FACTOR = 2
+#: the largest share of the available memory a batch's KV caches may take
+_MEMORY_SHARE = 0.8
+#: bytes per kB (the unit of /proc/meminfo) and per GiB
+_KB, _GIB = 1024, 2**30
+#: pass priorities in the scheduler: the draft's rows run first, then the target's pass
+_DRAFT_PRIORITY, _TARGET_PRIORITY = 0, 1
+#: γ = auto for a batch: the longest chain of a round (rows sharing passes) and the highest limit of a
+#: round (draft rows read in turn, each request sizing its own chain under it)
+_SHARED_MAX_GAMMA, _PER_REQUEST_MAX_GAMMA = 8, 32
+#: ... and the timed rounds a measured rate or median reads, for each
+_SHARED_WINDOW, _PER_REQUEST_WINDOW = 8, 16
 
 
 @dataclass
@@ -144,7 +157,7 @@ def _available_memory() -> int | None:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * _KB
     except OSError:
         return None
     return None
@@ -155,12 +168,13 @@ def check_batch_memory(target, draft, prompts, budgets, available: int | None = 
     Each row reserves its slots in doublings, so up to twice (prompt + new tokens + one round's tree)
     slots per request and model are counted. Returns the estimate in bytes."""
     per_slot = target.cache_bytes_per_slot() + (draft.cache_bytes_per_slot() if draft is not None else 0)
-    need = sum(2 * (len(p) + b + _TREE_SLOTS) * per_slot for p, b in zip(prompts, budgets))
+    need = sum(_RESERVE_FACTOR * (len(p) + b + _TREE_SLOTS) * per_slot for p, b in zip(prompts, budgets))
     available = _available_memory() if available is None else available
-    if available is not None and need > 0.8 * available:
+    if available is not None and need > _MEMORY_SHARE * available:
         raise SpecboundError(
-            f"a batch of {len(prompts)} requests needs about {need / 2**30:.1f} GiB of KV cache, more than 80% of "
-            f"the {available / 2**30:.1f} GiB available: decode fewer prompts at once or fewer new tokens")
+            f"a batch of {len(prompts)} requests needs about {need / _GIB:.1f} GiB of KV cache, more than "
+            f"{_MEMORY_SHARE:.0%} of the {available / _GIB:.1f} GiB available: decode fewer prompts at once or fewer "
+            "new tokens")
     return need
 
 
@@ -176,7 +190,9 @@ def _rows(model: LanguageModel, n: int, scheduler: PassScheduler, priority: int)
 
 def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_drafter, rule, seed, stop_token_ids,
                      callback) -> BatchDecodeResult:
-    """Decode ``prompts`` (checked by :func:`_check_prompts`) together; see :func:`speculative_decode_batch`."""
+    """Decode ``prompts`` (checked by :func:`_check_prompts`) together; see :func:`speculative_decode_batch`.
+    ``make_drafter(target_row, draft_row, scheduler)`` returns each request's drafter, joined to the batch
+    (:meth:`~specbound.decoding.drafters.base.Drafter.join_batch`)."""
     n = len(prompts)
     budgets = _per_request(max_new_tokens, n, "max_new_tokens", check_budget)
     seeds = _per_request(seed, n, "seed", lambda s: s) if isinstance(seed, (list, tuple)) else \
@@ -188,17 +204,9 @@ def _decode_requests(target, draft, prompts, max_new_tokens, sampling, make_draf
     check_batch_memory(target, draft, prompts, budgets)
     generators = [make_generator(s) for s in seeds]
     scheduler = PassScheduler(live=n)
-    target_rows = _rows(target, n, scheduler, priority=1)
-    draft_rows = _rows(draft, n, scheduler, priority=0) if draft is not None else [None] * n
-    drafters = [make_drafter(t, d, scheduler) for t, d in zip(target_rows, draft_rows)]
-    for drafter in drafters:
-        # A batch's prefill is its target rows' prompt reads, for every method: each drafter's model reads
-        # its prompt at its first drafted round, inside the decode time. γ = auto always did (a batch that
-        # decodes plainly never reads it); drafters that read it up front put it in the prefill, so their
-        # decode rate left out a cost that auto's carried and plain decoding does not have: at 2 requests
-        # (int8 target, llama.cpp draft, HumanEval 160-163) auto and γ = 4 decoded 20.6 tok/s each end to end,
-        # but 24.9 vs 27.8 "decode" (2026-12-07, docs/results/HISTORY.md)
-        drafter.lazy_prefill = True
+    target_rows = _rows(target, n, scheduler, priority=_TARGET_PRIORITY)
+    draft_rows = _rows(draft, n, scheduler, priority=_DRAFT_PRIORITY) if draft is not None else [None] * n
+    drafters = [make_drafter(t, d, scheduler) for t, d in zip(target_rows, draft_rows)]   # each joined to the batch
     stop = threading.Event()
     engines = [Speculator(t, dr, sampling, rule, stop_token_ids, g, stop=stop)
                for t, dr, g in zip(target_rows, drafters, generators)]
@@ -299,19 +307,17 @@ def speculative_decode_batch(target: LanguageModel, draft: LanguageModel | None,
         rows.append((target_row, draft_row))
         if joint:                            # one draft-or-plain decision (and length) per round for the batch
             if "policy" not in lengths:
-                lengths["policy"] = BatchDraftLength(measurement, passes=lambda: scheduler.passes,
-                                                     live=lambda: scheduler.live, rows_shared=sharing,
-                                                     per_request=per_request,
-                                                     max_gamma=32 if per_request else 8,
-                                                     window=16 if per_request else 8,
-                                                     outlook=None if per_request else outlook,
-                                                     shown=None if shown is None else shown.per_depth(8))
-            drafter = ChainDrafter(draft_row, sampling, "auto" if per_request else lengths["policy"])
-            drafter.shared, drafter.shared_costs = lengths["policy"], shared
-            return drafter
-        drafter = spec.build(target_row, draft_row, sampling)
-        drafter.shared_costs = shared
-        return drafter
+                lengths["policy"] = BatchDraftLength(
+                    measurement, passes=lambda: scheduler.passes, live=lambda: scheduler.live,
+                    rows_shared=sharing, per_request=per_request,
+                    max_gamma=_PER_REQUEST_MAX_GAMMA if per_request else _SHARED_MAX_GAMMA,
+                    window=_PER_REQUEST_WINDOW if per_request else _SHARED_WINDOW,
+                    outlook=None if per_request else outlook,
+                    shown=None if shown is None else shown.per_depth(_SHARED_MAX_GAMMA))
+            policy = lengths["policy"]
+            return ChainDrafter(draft_row, sampling, "auto" if per_request else policy, shared=policy
+                                ).join_batch(shared)
+        return spec.build(target_row, draft_row, sampling).join_batch(shared)
 
     out = _decode_requests(target, draft if spec.needs_draft_model else None, prompts, max_new_tokens, sampling,
                            make_drafter, spec.rule, seed, stop_token_ids, callback)
@@ -326,7 +332,7 @@ def autoregressive_decode_batch(target: LanguageModel, prompts, max_new_tokens, 
     of :func:`speculative_decode_batch`; the same loop with no drafter)."""
     sampling = SamplingConfig(temperature, top_k, top_p)
     out = _decode_requests(target, None, _check_prompts(prompts, target), max_new_tokens, sampling,
-                           lambda t, d, s: PlainDrafter(sampling),
+                           lambda t, d, s: PlainDrafter(sampling).join_batch(),
                            STANDARD, seed, stop_token_ids, callback)
     for r in out.results:
         if r is not None:

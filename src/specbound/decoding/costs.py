@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..assets.cache import atomic_write_json, cache_root
 from ..errors import SpecboundError
 from ..theory.speedup import CostProfile, perfect_draft_throughput, rows_pass_seconds
 
@@ -117,8 +118,6 @@ def measure_costs(target, draft, ks=COST_KS, repeats: int = 3) -> CostMeasuremen
 
 # --------------------------------------------------------------------------------------------- cache
 def costs_file() -> Path:
-    from ..assets.cache import cache_root
-
     return cache_root() / "costs.json"
 
 
@@ -196,8 +195,6 @@ def read_cost_cache(path: Path | None = None) -> dict[str, CostMeasurement]:
 
 
 def _write_cost_cache(entries: dict[str, CostMeasurement], path: Path | None = None) -> None:
-    from ..assets.cache import atomic_write_json
-
     path = path or costs_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from ..assets.prompts import load_prompts
 from ..errors import SpecboundError
 from ..theory.bounds import BOUND_FORMS, MomentEstimate, bound_all_forms, bound_is_valid
 from ..theory.speedup import CostProfile
@@ -33,6 +34,7 @@ from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import encode_prompts
 from ..measure.moments import MomentSample, measure_moments
 from ..measure.oracle import OracleSD, OracleValues, oracle_sd, oracle_values
+from ..models import loading   # a module: tests and commands swap its loaders
 from .report import omitted_if_none, progress_bar
 
 __all__ = ["AnalyzeConfig", "Costs", "SetAnalysis", "Settings", "SpeedupRow", "Speedups", "TightestBound",
@@ -251,8 +253,6 @@ def analyze_set(target, draft, set_name: str, cfg: AnalyzeConfig, prompts=None, 
     journal = journal if journal is not None else no_journal()
     if prompt_ids is None:
         if prompts is None:
-            from ..assets.prompts import load_prompts
-
             prompts = load_prompts(set_name, cfg.n_prompts)
         prompt_ids = encode_prompts(target, prompts)
     prompt_ids = [list(map(int, p)) for p in prompt_ids]
@@ -338,13 +338,10 @@ def run(settings: Settings, progress: bool = True, journal: PartialResults | Non
         log=print) -> SetAnalysis:
     """The study: load the prompts and the pair (the int8 draft unless ``draft_int8`` is False), check
     that they share a vocabulary, then :func:`analyze_set` (every unit through ``journal``)."""
-    from ..assets.prompts import load_prompts
-    from ..models.loading import load_model
-
     cfg = settings.config
     prompts = load_prompts(settings.prompt_set, cfg.n_prompts)
-    target = load_model(settings.target, progress=progress)
-    draft = load_model(settings.draft, progress=progress, int8=settings.draft_int8)
+    target = loading.load_model(settings.target, progress=progress)
+    draft = loading.load_model(settings.draft, progress=progress, int8=settings.draft_int8)
     if target.vocab_size != draft.vocab_size:
         raise SpecboundError(f"vocabulary mismatch: {target.name} {target.vocab_size} vs {draft.name} "
                              f"{draft.vocab_size}")

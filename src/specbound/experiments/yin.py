@@ -22,8 +22,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .report import Stage, omitted_if_none
+from ..decoding import speculative_decode
+from ..measure.llm import torch_threads
 from ..measure.stats import mean_se, running_checkpoints, z_score
+from ..models import ChainModel
 from ..seeds import derive_seed
+from ..theory import MarkovChain, expected_rejections, simulate_batch_rejections
+from ..theory.rejections import (
+    batch_expected_rejections, batch_rejections_limit, bernoulli_all_reject, bernoulli_batch_improvement,
+    residual_chain, uniform_all_reject, uniform_batch_improvement,
+)
 
 __all__ = ["BERNOULLI_PAIRS", "PAPER", "Settings", "UNIFORM_PAIRS", "Fig2", "Fig3", "fig2_chain", "run_fig2",
            "run_fig3"]
@@ -181,8 +189,6 @@ def fig2_chain(seed: int = 0, states: int = 7, horizon: int = 50, concentration:
     mixed with random rows (weight ``draft_noise``). Returns (target, draft). The pair is named by
     ``seed`` alone — target ``seed``, draft ``seed + 1``, as ``specbound theory`` builds it: a problem
     instance, not a random stream (:mod:`specbound.seeds`), kept as the published numbers have it."""
-    from ..theory import MarkovChain
-
     target = MarkovChain.random(states, horizon=horizon, concentration=concentration, seed=seed)
     return target, target.perturbed(draft_noise, seed=seed + 1)
 
@@ -192,10 +198,6 @@ def engine_rejections(target, draft, horizon: int, drafts: int, design: str, run
     """N_rej of the decoding engine on ChainModels (drafting to the horizon), ``runs`` times
     (``DecodeMetrics.rejections``: rounds that ended at a rejected drafted token). Run i starts from
     its own initial state and decodes with its own stream (:mod:`specbound.seeds`)."""
-    from ..decoding import speculative_decode
-    from ..models import ChainModel
-    from ..measure.llm import torch_threads
-
     target_model, draft_model = ChainModel(target, "target-chain"), ChainModel(draft, "draft-chain")
     rng = np.random.default_rng(derive_seed(seed, "yin fig2 engine starts", drafts, design))
     initial = rng.choice(target.n_states, size=runs, p=target.initial)
@@ -219,9 +221,6 @@ def _formula(drafts: int, design: str) -> str:
 
 def run_fig2(s: Settings, progress=None) -> tuple[Fig2, dict[str, np.ndarray]]:
     """Fig. 2 numbers and the raw NumPy Monte Carlo samples of the rows (for the running-average plots)."""
-    from ..theory import expected_rejections, simulate_batch_rejections
-    from ..theory.rejections import batch_expected_rejections, batch_rejections_limit
-
     target, draft = fig2_chain(s.seed, s.states, s.horizon, s.concentration, s.draft_noise)
     T = s.horizon
     pair = dict(target=target, draft=draft, horizon=T)
@@ -312,9 +311,6 @@ class Fig3:
 
 def run_fig3(s: Settings) -> Fig3:
     """Batch improvement TV − ρ_M of one round start: closed forms vs the recursive residual chain."""
-    from ..theory.rejections import (bernoulli_all_reject, bernoulli_batch_improvement, residual_chain,
-                                     uniform_all_reject, uniform_batch_improvement)
-
     drafts = np.asarray(s.fig3_drafts)
     mmax = int(drafts.max())
 

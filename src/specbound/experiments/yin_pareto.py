@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..decoding import DecodingOPT, DecodingUNO, make_generator
+from ..measure.llm import torch_threads
 from ..seeds import derive_seed
+from ..theory.distributions import tv
+from ..theory.tradeoff import lp_minimal_bias, over_acceptance, pareto_front
 from .report import Stage
 from .yin import Settings
 
@@ -74,10 +78,6 @@ def core_one_step_mc(draft, target, eps: float, form: str, rows: int, seed: int)
     tokens and uniforms (same b, hence the same rejections)."""
     import torch
 
-    from ..decoding import DecodingOPT, DecodingUNO, make_generator
-    from ..theory.distributions import tv
-    from ..measure.llm import torch_threads
-
     out = {}
     vocab = len(draft)
     d = torch.from_numpy(np.asarray(draft)).reshape(1, vocab).expand(rows, vocab)
@@ -103,9 +103,6 @@ def core_one_step_mc(draft, target, eps: float, form: str, rows: int, seed: int)
 
 
 def run_fig4(s: Settings, progress=None) -> Fig4:
-    from ..theory.distributions import tv
-    from ..theory.tradeoff import lp_minimal_bias, over_acceptance, pareto_front
-
     draft, target = fig4_instance(s.seed, s.vocab)
     distance = float(tv(draft, target))
     eps_points = np.asarray(s.eps_points, dtype=np.float64)

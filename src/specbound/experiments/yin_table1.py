@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..assets.prompts import format_prompt, load_prompts
 from ..decoding import SamplingConfig, speculative_decode
+from ..errors import ModelNotAvailable
+from ..models import loading   # a module: tests and commands swap its loaders
+from ..models.tokens import stop_token_ids
 from ..theory.tradeoff import minimal_bias, over_acceptance, uno_bias
 from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import default_pair_status, laws_along, score_responses, torch_threads, truncate_at_stop
@@ -376,16 +380,11 @@ def run_table1(s: Settings, progress=None, journal: PartialResults | None = None
     ok, why = default_pair_status(s.target_precision)
     if not ok:
         return Table1("skipped", note=why)
-    from ..assets.prompts import format_prompt, load_prompts
-    from ..errors import ModelNotAvailable
-    from ..models.loading import load_pair
-    from ..models.tokens import stop_token_ids
-
     t0 = time.perf_counter()
     budget = s.llm_budget if s.llm_budget is not None else float("inf")
     with torch_threads(s.threads):
         try:
-            target, draft = load_pair(progress=False, draft_int8=True, target_precision=s.target_precision)
+            target, draft = loading.load_pair(progress=False, draft_int8=True, target_precision=s.target_precision)
         except (ModelNotAvailable, ImportError, OSError) as exc:
             return Table1("skipped", note=f"real models could not be loaded ({type(exc).__name__}: {exc})")
         load_seconds = time.perf_counter() - t0

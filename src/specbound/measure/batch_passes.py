@@ -22,7 +22,9 @@ import statistics
 from dataclasses import dataclass
 
 from ..errors import SpecboundError
+from ..decoding import batch as batched_decoding   # a module: its functions are looked up when called
 from ..decoding.costs import pass_ratios
+from .records import Stage
 
 __all__ = ["BatchPassCosts", "measure_batch_passes", "prompt_at_context"]
 
@@ -95,9 +97,6 @@ def measure_batch_passes(target, draft, prompt_ids: list[list[int]], batches, co
     advise calibrates at the context it predicts for), timed by the batch's own pass records against
     ``costs`` (a :class:`~specbound.decoding.costs.CostMeasurement` of one row). ``rows_shared``
     (draft, target): whether the target's rows share one pass (:func:`~specbound.decoding.batch.rows_shared`)."""
-    from ..decoding.batch import autoregressive_decode_batch, speculative_decode_batch
-    from .records import Stage
-
     if not prompt_ids:
         raise SpecboundError("measure_batch_passes needs at least one calibration prompt")
     gammas = tuple(int(g) for g in gammas)
@@ -110,12 +109,12 @@ def measure_batch_passes(target, draft, prompt_ids: list[list[int]], batches, co
     stage = Stage(progress, "batched passes", len(batches))
     for B in batches:
         prompts = [prompt_at_context(prompt_ids, i % len(prompt_ids), context) for i in range(int(B))]
-        plain = autoregressive_decode_batch(target, prompts, tokens, temperature=0.0)
+        plain = batched_decoding.autoregressive_decode_batch(target, prompts, tokens, temperature=0.0)
         p_target, _, p_seconds = _decode_part(plain, 0)
         ratios = pass_ratios(p_target, costs.target, target_shared)
         rounds, draft_round, work = len(p_target), [], []
         for g in gammas:
-            sd = speculative_decode_batch(target, draft, prompts, tokens, gamma=g, temperature=0.0)
+            sd = batched_decoding.speculative_decode_batch(target, draft, prompts, tokens, gamma=g, temperature=0.0)
             s_target, s_draft, s_seconds = _decode_part(sd, g)
             n = max(len(s_target), 1)
             ratios += pass_ratios(s_target, costs.target, target_shared)

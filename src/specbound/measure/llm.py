@@ -8,6 +8,8 @@ import contextlib
 import numpy as np
 import torch
 
+from ..assets import catalog as asset_catalog, convert as asset_convert, gguf as asset_gguf, models as asset_models
+from ..assets.prompts import format_prompt
 from ..decoding.drafters import DraftCache
 from ..decoding.sampling import SamplingConfig, logits_to_probs
 from ..errors import SpecboundError
@@ -23,16 +25,9 @@ def default_pair_status(precision: str = "fp32") -> tuple[bool, str]:
     quantised from the GGUF files on first use); never raises (so a study can skip its real-model part
     with a note)."""
     try:
-        from ..assets import models as asset_models
-        from ..assets.catalog import get_packaged_model
-        from ..assets.convert import check_converted
-        from ..assets.gguf import is_installed
-    except Exception as exc:  # noqa: BLE001 - e.g. transformers missing in a minimal environment
-        return False, f"real-model stack not importable ({type(exc).__name__}: {exc})"
-    try:
         names = (asset_models.DEFAULT_TARGET, asset_models.DEFAULT_DRAFT)
-        missing = [name for name in names if not (check_converted(name, precision=precision).usable or (
-            precision != "fp32" and is_installed(get_packaged_model(name))))]
+        missing = [name for name in names if not (asset_convert.check_converted(name, precision=precision).usable or (
+            precision != "fp32" and asset_gguf.is_installed(asset_catalog.get_packaged_model(name))))]
     except Exception as exc:  # noqa: BLE001 - a damaged cache must not crash the toy parts
         return False, f"could not check the model cache ({type(exc).__name__}: {exc})"
     if missing:
@@ -55,8 +50,6 @@ def torch_threads(n: int | None):
 
 def encode_prompts(model: LanguageModel, prompts) -> list[list[int]]:
     """Token ids of each prompt as the model sees it (chat template for chat/math sets)."""
-    from ..assets.prompts import format_prompt
-
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         raise SpecboundError(f"{model.name} has no tokenizer: pass token ids instead of prompts")

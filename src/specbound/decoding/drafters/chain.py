@@ -47,13 +47,18 @@ class ChainDrafter(Drafter):
 
     name = "chain"
 
-    def __init__(self, model: LanguageModel, sampling: SamplingConfig, gamma=None):
+    def __init__(self, model: LanguageModel, sampling: SamplingConfig, gamma=None, *,
+                 shared: BatchDraftLength | None = None):
+        """``shared``: the batch policy whose per-round length (or limit, with ``gamma="auto"``) this
+        request drafts under; by default ``gamma`` itself when it is one."""
         super().__init__(sampling)
         if not isinstance(model, LanguageModel):
             raise SpecboundError(f"the chain drafter needs a draft LanguageModel, got {type(model).__name__}")
         self.model, self.gamma = model, check_gamma(gamma)
         self.budget: DraftBudget | None = gamma if isinstance(gamma, DraftBudget) else None
-        self.shared: BatchDraftLength | None = gamma if isinstance(gamma, BatchDraftLength) else None
+        if shared is None and isinstance(gamma, BatchDraftLength):
+            shared = gamma
+        self.shared: BatchDraftLength | None = shared
         self.rounds = 0
         self.cache = DraftCache(model, chain_only=True)
         self.confidence = confidence_config(sampling)
