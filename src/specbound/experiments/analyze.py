@@ -34,7 +34,7 @@ from ..measure.journal import PartialResults, no_journal
 from ..measure.llm import encode_prompts
 from ..measure.moments import MomentSample, measure_moments
 from ..measure.oracle import OracleSD, OracleValues, oracle_sd, oracle_values
-from ..models import loading   # a module: tests and commands swap its loaders
+from ..models import loading as model_loading   # a module: tests and commands swap its loaders
 from .report import omitted_if_none, progress_bar
 
 __all__ = ["AnalyzeConfig", "Costs", "SetAnalysis", "Settings", "SpeedupRow", "Speedups", "TightestBound",
@@ -340,8 +340,8 @@ def run(settings: Settings, progress: bool = True, journal: PartialResults | Non
     that they share a vocabulary, then :func:`analyze_set` (every unit through ``journal``)."""
     cfg = settings.config
     prompts = load_prompts(settings.prompt_set, cfg.n_prompts)
-    target = loading.load_model(settings.target, progress=progress)
-    draft = loading.load_model(settings.draft, progress=progress, int8=settings.draft_int8)
+    target = model_loading.load_model(settings.target, progress=progress)
+    draft = model_loading.load_model(settings.draft, progress=progress, int8=settings.draft_int8)
     if target.vocab_size != draft.vocab_size:
         raise SpecboundError(f"vocabulary mismatch: {target.name} {target.vocab_size} vs {draft.name} "
                              f"{draft.vocab_size}")

@@ -27,11 +27,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from ..assets.prompts import load_prompts
 from ..decoding.batch import autoregressive_decode_batch, rows_shared, speculative_decode_batch
 from ..decoding.costs import measure_costs
 from ..decoding.engine import autoregressive_decode
+from ..measure.llm import encode_prompts
+from ..models import loading as model_loading   # a module: tests and commands swap its loaders
+from ..models.hf import HFModel
 from ..theory.speedup import batch_throughput
-from .bench import PairSpec
+from .bench import PairSpec, _FirstTokenClock
 from .report import fmt, md_table
 
 __all__ = ["HF_ASSISTED", "LLAMACPP", "LLAMACPP_BATCH", "BatchedConfig", "BatchedResult", "TauAgainstAlone", "markdown", "run", "run_batched",
@@ -134,8 +139,6 @@ def _hf_generate(target, group_ids, tokens, assistant=None, schedule: str = "con
     came out — the prefill's share —, per-request new tokens). With ``assistant`` (an HF model on the
     target's tokenizer): assisted generation under its ``schedule`` ("constant": HF's default, or
     "heuristic"), one request only (HF refuses a batch)."""
-    from .bench import _FirstTokenClock
-
     extra = {}
     if assistant is not None:
         if len(group_ids) != 1:
@@ -322,24 +325,19 @@ def run(config: BatchedConfig, pair: PairSpec | None = None, progress=None, load
     import importlib.util
     from contextlib import nullcontext
 
-    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
-    from ..assets.prompts import load_prompts
-    from ..measure.llm import encode_prompts
-    from ..models.hf import HFModel
-    from ..models.loading import load_gguf_model, load_model, load_pair
-
     pair = pair or PairSpec()
     prompts = load_prompts(config.prompt_set, limit=config.n_prompts, offset=config.offset)
     with (loading or nullcontext)():
-        target, draft = load_pair(pair.target, pair.draft, draft_int8=True, target_precision=pair.target_precision,
-                                  draft_engine=pair.draft_engine, draft_quant=pair.draft_quant, compiled=pair.compiled)
+        target, draft = model_loading.load_pair(pair.target, pair.draft, draft_int8=True,
+                                                target_precision=pair.target_precision, draft_engine=pair.draft_engine,
+                                                draft_quant=pair.draft_quant, compiled=pair.compiled)
         llama = None
         if importlib.util.find_spec("llama_cpp") is not None:
-            llama = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
+            llama = model_loading.load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
         assistant = None
         if config.hf_assisted:          # the same int8 draft specbound's torch engine uses
             assistant = draft if isinstance(draft, HFModel) else \
-                load_model(pair.draft or DEFAULT_DRAFT, progress=False, int8=True, invariant=False)
+                model_loading.load_model(pair.draft or DEFAULT_DRAFT, progress=False, int8=True, invariant=False)
     return run_batched(target, draft, encode_prompts(target, prompts), [p.id for p in prompts], config, llama,
                        progress=progress, assistant=assistant)
 

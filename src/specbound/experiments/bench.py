@@ -51,11 +51,19 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..assets.gguf import gguf_path
+from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from ..assets.prompts import format_prompt, load_prompts
 from ..decoding import SamplingConfig, autoregressive_decode, speculative_decode
 from ..errors import SpecboundError
+from ..measure.journal import no_journal
+from ..models import loading as model_loading   # a module: tests and commands swap its loaders
+from ..models.static import StaticCacheHFModel
 from ..models.tokens import stop_token_ids
 from ..options import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_PRECISION
 from ..seeds import derive_seed
+from .llamacpp_peers import llama_generate, open_llama
+from .report import progress_bar
 
 __all__ = ["BENCH_METHODS", "BenchConfig", "BenchResult", "BenchRow", "MethodRun", "PairSpec", "load_models",
            "paired_summary", "run", "run_bench", "summarise", "unit_seed"]
@@ -188,8 +196,6 @@ def _decode_rate(n_tokens: int, first_tokens: int, seconds: float, first_seconds
 
 
 def _llamacpp_plain(llm, ids, n, sampling: SamplingConfig) -> tuple[list, MethodRun]:
-    from .llamacpp_peers import llama_generate
-
     r = llama_generate(llm, ids, n, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     run = MethodRun(r.seconds, len(r.tokens) / r.seconds, len(r.tokens) / max(r.target_evals, 1), r.target_evals)
     run.decode_tokens_per_second = _decode_rate(len(r.tokens), 1, r.seconds, r.extra.get("first_token_seconds", 0.0))
@@ -273,9 +279,6 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
 
     With ``config.seeds`` = 1 the journal keys are ``"{prompt}|{mode}"`` as before; with S > 1 a
     sampled unit is ``"{prompt}|{mode}|{s}"`` (greedy keeps the plain key: it runs once)."""
-    from ..assets.prompts import format_prompt
-    from .report import progress_bar
-
     target = models["target"]
     methods = list(config.methods)
     eos = set(stop_token_ids(target))
@@ -316,8 +319,6 @@ def run_bench(models: dict, prompts, config: BenchConfig, journal, progress: boo
 
 def compiled_twin(target):
     """The target's modules behind a second wrapper whose reads go through torch.compile (its own cache)."""
-    from ..models.static import StaticCacheHFModel
-
     if not isinstance(target, StaticCacheHFModel) or not any(k in target.info.kernels for k in ("int8", "kquant")):
         raise SpecboundError("the *-compiled bench methods need a quantised target on the static cache "
                              "(--target-precision int8 or kquant)")
@@ -333,31 +334,26 @@ def compiled_twin(target):
 def load_models(methods, pair: PairSpec) -> dict:
     """The models ``methods`` need: the target and the int8 draft always; the fp32 draft, the draft's and
     the target's GGUF and llama-cpp-python's own ``Llama`` when a method uses them."""
-    from ..assets.gguf import gguf_path
-    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
-    from ..models.loading import check_same_tokenizer, load_gguf_model, load_model, load_pair
-
     methods = set(methods)
-    target, draft_int8 = load_pair(pair.target, pair.draft, draft_int8=True, target_precision=pair.target_precision,
-                                   compiled=pair.compiled)
+    target, draft_int8 = model_loading.load_pair(pair.target, pair.draft, draft_int8=True,
+                                                 target_precision=pair.target_precision, compiled=pair.compiled)
     models = {"target": target, "draft_int8": draft_int8}
     draft_name = pair.draft or DEFAULT_DRAFT
     if "hf-assisted-fp32" in methods:
-        models["draft_fp32"] = load_model(draft_name, progress=False)
+        models["draft_fp32"] = model_loading.load_model(draft_name, progress=False)
     if methods & set(COMPILED_METHODS):
         models["target_compiled"] = compiled_twin(target)
     if methods & {"specbound-chain-lcdraft", "specbound-tree-lcdraft", "specbound-chain-lcdraft-compiled",
                   "specbound-shape-lcdraft"}:
-        models["draft_llamacpp"] = load_gguf_model(draft_name, progress=False, quant=pair.draft_quant, role="draft")
-        check_same_tokenizer(target, models["draft_llamacpp"])
+        models["draft_llamacpp"] = model_loading.load_gguf_model(draft_name, progress=False, quant=pair.draft_quant,
+                                                                 role="draft")
+        model_loading.check_same_tokenizer(target, models["draft_llamacpp"])
     if "specbound-chain-lcdraft-file" in methods:
-        models["draft_llamacpp_file"] = load_gguf_model(draft_name, progress=False, role="draft")
-        check_same_tokenizer(target, models["draft_llamacpp_file"])
+        models["draft_llamacpp_file"] = model_loading.load_gguf_model(draft_name, progress=False, role="draft")
+        model_loading.check_same_tokenizer(target, models["draft_llamacpp_file"])
     if "llamacpp-plain-raw" in methods:
-        models["llamacpp_raw"] = load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
+        models["llamacpp_raw"] = model_loading.load_gguf_model(pair.target or DEFAULT_TARGET, progress=False)
     if "llamacpp-plain" in methods:
-        from .llamacpp_peers import open_llama
-
         models["llamacpp_target"] = open_llama(gguf_path(str(pair.target or DEFAULT_TARGET), progress=False))
     return models
 
@@ -368,9 +364,6 @@ def run(config: BenchConfig, pair: PairSpec | None = None, journal=None, progres
     (:func:`load_models`, inside the context ``loading()`` when given: a display while they load), then
     :func:`run_bench` (every (prompt, mode[, repeat]) unit through ``journal``, for ``--resume``)."""
     from contextlib import nullcontext
-
-    from ..assets.prompts import load_prompts
-    from ..measure.journal import no_journal
 
     prompts = load_prompts(config.prompt_set, limit=config.n_prompts, offset=config.offset)
     with (loading or nullcontext)():

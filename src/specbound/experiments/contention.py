@@ -29,6 +29,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..assets.models import DEFAULT_TARGET
+from ..assets.prompts import format_prompt, load_prompts
+from ..decoding import autoregressive_decode, speculative_decode
+from ..errors import SpecboundError
+from ..models import loading as model_loading   # a module: tests and commands swap its loaders
 
 __all__ = ["POLICIES", "ContentionResult", "ContentionRow", "run_contention", "start_hog", "markdown"]
 
@@ -72,12 +76,9 @@ def _child(args) -> int:
     """Measure in this process (its OMP_WAIT_POLICY was set by the parent); print one JSON line per row."""
     import torch
 
-    from ..assets.prompts import format_prompt, load_prompts
-    from ..decoding import autoregressive_decode, speculative_decode
-    from ..models.loading import load_gguf_model, load_pair
-
-    target, draft = load_pair(args.target, args.draft, progress=False, target_precision="int8", draft_engine="auto")
-    gguf = load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
+    target, draft = model_loading.load_pair(args.target, args.draft, progress=False, target_precision="int8",
+                                            draft_engine="auto")
+    gguf = model_loading.load_gguf_model(args.target or DEFAULT_TARGET, progress=False)
     prompt = load_prompts(args.prompt_set, limit=1, offset=args.offset)[0]
     ids = target.tokenizer(format_prompt(target.tokenizer, prompt), return_tensors="pt").input_ids
 
@@ -121,8 +122,6 @@ def run_contention(target=None, draft=None, prompt_set: str = "humaneval", offse
                    threads=(2,), plain_tokens: int = 16, spec_tokens: int = 48, repeats: int = 2,
                    policies=tuple(POLICIES), progress=None) -> ContentionResult:
     """One child process per OpenMP wait policy; rows for every (policy, threads, method)."""
-    from ..errors import SpecboundError
-
     rows, prompt_id = [], "?"
     for policy in policies:
         if progress:

@@ -21,6 +21,13 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
+from ..assets import models as asset_models   # a module: tests swap what it finds installed
+from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from ..assets.prompts import load_prompts
+from ..errors import SpecboundError
+from ..measure.drafter_values import drafter_values
+from ..measure.llm import default_pair_status
+from ..models import loading as model_loading   # a module: tests and commands swap its loaders
 from ..theory.bounds import MomentEstimate, entropy_moments, speed_of_light
 from ..theory.trees import optimal_tree
 from .analyze import AnalyzeConfig, SetAnalysis, analyze_set
@@ -313,8 +320,6 @@ def run(settings: Settings, progress: bool = True, journal: PartialResults | Non
     """The study: (iii) the synthetic checks, then (i) the moments table and (ii) Fig. 2 in kind on the
     packaged pair (every unit through ``journal``, for ``--resume``) unless ``settings.skip_llm`` or the
     pair is missing (``llm_note`` says which)."""
-    from ..measure.llm import default_pair_status
-
     t0 = time.perf_counter()
     log("== (iii) synthetic i.i.d. checks")
     synthetic = synthetic_checks(settings.quick)
@@ -346,10 +351,6 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     :data:`DRAFT_TABLE_PROMPTS` prompts."""
     import torch
 
-    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET, is_converted
-    from ..assets.prompts import load_prompts
-    from ..models.loading import load_model
-
     journal = journal if journal is not None else no_journal()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -357,8 +358,9 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     prompts_by_set = {s: load_prompts(s, configs[s].n_prompts) for s in SETS}
     table_prompts = {s: p[:DRAFT_TABLE_PROMPTS] for s, p in prompts_by_set.items()}   # the other models' table
     t0 = time.perf_counter()
-    target = load_model(DEFAULT_TARGET, progress=progress, precision=precision, compiled=precision != "fp32")
-    draft8 = load_model(DEFAULT_DRAFT, progress=progress, int8=True)
+    target = model_loading.load_model(DEFAULT_TARGET, progress=progress, precision=precision,
+                                      compiled=precision != "fp32")
+    draft8 = model_loading.load_model(DEFAULT_DRAFT, progress=progress, int8=True)
     timings["load_target_and_int8_draft"] = time.perf_counter() - t0
     target_kernels = target.info.kernels
     analyses, table_rows = [], []
@@ -386,13 +388,13 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
     timings[f"table_{DEFAULT_DRAFT}"] = time.perf_counter() - t0
     others = []
     skipped = []
-    if is_converted("smollm2-135m"):
+    if asset_models.is_converted("smollm2-135m"):
         others.append(("smollm2-135m", "smollm2-135m"))
     else:
         skipped.append("smollm2-135m (not converted)")
     for name, label in others:
         t0 = time.perf_counter()
-        model = load_model(name, progress=progress)
+        model = model_loading.load_model(name, progress=progress)
         with progress_bar(progress) as bar:
             table_rows += moments_table(model, label, table_prompts, cfg, bar if progress else None, log, journal)
         del model
@@ -406,17 +408,11 @@ def run_llm(cfg: AnalyzeConfig, fig_sets, progress: bool, log=print,
 def augment(result: PankratovResult, progress: bool = True, log=print) -> PankratovResult:
     """Add the exact per-position drafter values (:func:`.drafter_values.drafter_values`) to a finished
     run that predates them (same prompts, samples and oracle positions); derived parts recomputed."""
-    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
-    from ..assets.prompts import load_prompts
-    from ..errors import SpecboundError
-    from ..models.loading import load_model
-    from ..measure.drafter_values import drafter_values
-
     if result.llm is None:
         raise SpecboundError("the results in --out have no LLM part to augment")
     t0 = time.perf_counter()
-    target = load_model(DEFAULT_TARGET, progress=progress, precision=result.llm.target_precision)
-    draft = load_model(DEFAULT_DRAFT, progress=progress, int8=True)
+    target = model_loading.load_model(DEFAULT_TARGET, progress=progress, precision=result.llm.target_precision)
+    draft = model_loading.load_model(DEFAULT_DRAFT, progress=progress, int8=True)
     for res in result.llm.analyses:
         if res.drafter_exact is not None or res.oracle is None:
             continue
@@ -668,9 +664,6 @@ def oracle_precision(analysis: SetAnalysis) -> OraclePrecision:
 
 def _set_size(name: str) -> int:
     """How many prompts the packaged set holds (0 when its package is missing or the name unknown)."""
-    from ..assets.prompts import load_prompts
-    from ..errors import SpecboundError
-
     try:
         return len(load_prompts(name, strict=True))
     except SpecboundError:                                 # ModelNotAvailable is one: a report still renders
@@ -679,8 +672,6 @@ def _set_size(name: str) -> int:
 
 def claims(llm: LLMStudy) -> Claims:
     """Every real-model claim of the reproduction with its interval and verdict (see the dataclasses)."""
-    from ..assets.models import DEFAULT_DRAFT, DEFAULT_TARGET
-
     with_oracle = [a for a in llm.analyses if a.oracle is not None and a.oracle.n_positions > 1]
     out = Claims(oracle_precision=[oracle_precision(a) for a in with_oracle],
                  slopes=[slope_claim(a) for a in with_oracle], set_order=set_order_claims(with_oracle),

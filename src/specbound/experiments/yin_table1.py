@@ -21,7 +21,7 @@ import numpy as np
 from ..assets.prompts import format_prompt, load_prompts
 from ..decoding import SamplingConfig, speculative_decode
 from ..errors import ModelNotAvailable
-from ..models import loading   # a module: tests and commands swap its loaders
+from ..models import loading as model_loading   # a module: tests and commands swap its loaders
 from ..models.tokens import stop_token_ids
 from ..theory.tradeoff import minimal_bias, over_acceptance, uno_bias
 from ..measure.journal import PartialResults, no_journal
@@ -384,7 +384,8 @@ def run_table1(s: Settings, progress=None, journal: PartialResults | None = None
     budget = s.llm_budget if s.llm_budget is not None else float("inf")
     with torch_threads(s.threads):
         try:
-            target, draft = loading.load_pair(progress=False, draft_int8=True, target_precision=s.target_precision)
+            target, draft = model_loading.load_pair(progress=False, draft_int8=True,
+                                                    target_precision=s.target_precision)
         except (ModelNotAvailable, ImportError, OSError) as exc:
             return Table1("skipped", note=f"real models could not be loaded ({type(exc).__name__}: {exc})")
         load_seconds = time.perf_counter() - t0
