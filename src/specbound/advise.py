@@ -1,35 +1,15 @@
 """`specbound advise`: how much speculation can give THIS pair on THIS engine and machine, and which
 settings get closest — predicted from measurements, then checked against measured runs.
 
-Ingredients (all measured here, through the engine; formulas from :mod:`specbound.theory`):
-
-* the engine's cost curve t(k) of the target and d(k) of the draft, k = 1…64, median of repeats
-  with spread (:func:`specbound.decoding.costs.measure_costs`);
-* chains at greedy: whether the draft's arg-max equals the target's greedy token at every position
-  of the target's own greedy texts (one teacher-forced draft read), turned into E[tokens per round]
-  of a chain of length γ by following the rounds along the text (renewal-reward:
-  :func:`specbound.theory.speedup.greedy_chain_rounds`; acceptance on code comes in bursts, which
-  a per-position rate misprices); at T = 1 the per-position acceptance α_i of a drafted chain,
-  1 + Σ_i Π_{j≤i} α_j (Leviathan et al. 2023); a draft forward priced as it costs inside a chain; the
-  same chain under block verification: those tokens per round times the gain of block over token-wise
-  verification computed exactly on the same sampled chains at the positions below;
-* trees: at greedy, dynamic-tree rounds along the same greedy texts (each round's tree built by the
-  drafter, accepted depth read off the text, the next round after it: renewal-reward as for
-  chains); at T = 1 the exact tree value E[X | T_dyn(P)] = Σ_{v∈T} p_target(v) at sampled positions
-  (Pankratov & Alistarh 2026, §2). Either way the draft calls the drafter of capacity P really makes
-  (one per depth over the nodes among its P best, which at small depths are wider than the final
-  tree) are priced by the draft's cost curve d(k);
-* at T > 0 also the shapes verified by recursive rejection, which only specbound's engine runs:
-  sampled trees of capacity P and batches of M i.i.d. drafts of γ tokens (Yin et al. 2024, Alg. 4),
-  each drafted by the engine's drafter at the same positions and scored exactly given the drafted
-  tree (:func:`specbound.theory.sampled_tree_value`), their draft calls priced by d(k);
-* the optimal tree value E[X | T*(P)] (the target drafting for itself: speed of light of any
-  deterministic drafter, §1–§2) and the bound from the target's entropy moments μ, μ₂ (§3);
-
-combined by :func:`specbound.theory.round_speedup`: speed-up = (1 + E[X]) · t(1) / (draft seconds +
-t(tokens verified)). The recommendation is the best predicted setting, or plainly "speculation will
-not pay here". :func:`measure_settings` then runs several settings on held-out prompts and reports
-measured / predicted.
+Measured here, through the engine (formulas from :mod:`specbound.theory`): the cost curves t(k) of the
+target and d(k) of the draft; the acceptance of chains (at greedy along the target's own greedy texts,
+renewal-reward; at T = 1 per position; and under block verification), of dynamic trees, and at T > 0 of
+sampled trees and M-draft batches scored exactly given what they drafted; the optimal tree value
+E[X | T*(P)] and the bound from the target's entropy moments μ, μ₂. Combined by
+:func:`specbound.theory.round_speedup`: speed-up = (1 + E[X]) · t(1) / (draft seconds + t(tokens
+verified)). The recommendation is the best predicted setting, or plainly "speculation will not pay
+here"; :func:`measure_settings` then runs several settings on held-out prompts and reports measured /
+predicted. Each ingredient in full: docs/notes.md (`advise.py`).
 """
 from __future__ import annotations
 
@@ -386,17 +366,13 @@ def batch_advice(batch: int, chain: dict[int, Setting], oracle: dict[int, float]
     passes over the B rows (each priced d_B/d(1) times the draft forward measured inside a chain: d_B =
     d(B) where the draft's rows share a pass, B·d(1) where they run in turn, ``rows_shared[0]``) and one
     target pass over B(γ + 1) tokens; the speed of light drafts T*(P) for free, max over P of
-    B(1 + E[X*])/t(B(P + 1)).
-
-    With ``passes`` (:func:`~specbound.measure.batch_passes.measure_batch_passes` at this B) the
-    batch is priced as it measured: target passes scaled by their measured/predicted ratio, plus per
-    round the draft's passes and the work outside the passes on the line through the two calibrated
-    chain lengths (``BatchPassCosts.draft_seconds`` / ``work``; w_plain for a plain round). The speed
-    of light keeps the scaled target pass and w_plain (its lower bound on a round's work).
-
-    The perfect draft (``theory.speedup.perfect_draft_throughput``) prices this draft's passes as the
-    chains are priced, with every drafted token accepted and w_plain per round: no drafter of this cost
-    exceeds it at this B, whatever its acceptance."""
+    B(1 + E[X*])/t(B(P + 1)). With ``passes`` (:func:`~specbound.measure.batch_passes.measure_batch_passes`
+    at this B) the batch is priced as it measured: target passes scaled by their measured/predicted ratio,
+    plus per round the draft's passes and the work outside the passes on the line through the two
+    calibrated chain lengths (``BatchPassCosts.draft_seconds`` / ``work``; w_plain for a plain round and
+    for the speed of light). The perfect draft (``theory.speedup.perfect_draft_throughput``) prices this
+    draft's passes as the chains are priced, with every drafted token accepted and w_plain per round: no
+    drafter of this cost exceeds it at this B, whatever its acceptance."""
     if not rows_shared[1]:
         raise SpecboundError("advise --batch prices a target whose rows share one pass (a torch target with the "
                              "static cache); this target's rows run in turn")

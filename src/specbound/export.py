@@ -1,95 +1,15 @@
 """Speculative-decoding recommendations in the configuration format of serving engines.
 
-A :class:`Recommendation` (what ``specbound advise`` concludes for a target/draft pair) is turned into
-
-* :func:`to_vllm` — a vLLM ``speculative_config`` (JSON) and the ``vllm serve ... --speculative-config``
-  line,
-* :func:`to_sglang` — a ``python -m sglang.launch_server ...`` line,
-* :func:`to_llamacpp_server` — a ``llama-server ...`` line,
-
-and :func:`export_all` gives all three. The ``export_*`` functions return the same content as data
-(:class:`EngineExport`: argv, config, warnings). Every option name below was read in the engine's own
-documentation or source; where an engine cannot express part of a recommendation the exporter emits the
+A :class:`Recommendation` (what ``specbound advise`` concludes for a target/draft pair) is turned into a
+vLLM ``speculative_config`` (JSON) and ``vllm serve ... --speculative-config`` line (:func:`to_vllm`), a
+``python -m sglang.launch_server ...`` line (:func:`to_sglang`) and a ``llama-server ...`` line
+(:func:`to_llamacpp_server`); :func:`export_all` gives all three, and the ``export_*`` functions the same
+content as data (:class:`EngineExport`: argv, config, warnings). Every option name was read in the
+engine's own documentation or source; where an engine cannot express part of a recommendation (vLLM
+and llama-server draft chains only: a tree becomes the chain of its depth) the exporter emits the
 closest supported setting and a ``# WARNING:`` line saying what changed, never an option that does not
-exist. Lines starting with ``#`` are comments; the command line is shell-quoted with :func:`shlex.quote`.
-
-Method mapping and sources
---------------------------
-Recommendation methods: ``chain`` (separate draft model, γ tokens per round), ``tree`` (separate draft
-model, tree of P nodes, depth D, branching k), ``ngram`` (prompt lookup, no draft model), ``none``
-(speculation does not pay: plain serving).
-
-vLLM — :func:`to_vllm`
-    =============  =====================================================================================
-    chain          ``{"method": "draft_model", "model": <draft>, "num_speculative_tokens": γ}``
-    tree           not expressible with a separate draft model: the chain of the tree's depth, warning
-    ngram          ``{"method": "ngram", "num_speculative_tokens": γ}`` [+ ``prompt_lookup_min``,
-                   ``prompt_lookup_max``]
-    none           no ``--speculative-config`` (JSON ``null``)
-    min/p_min      no vLLM key: warning; temperature is a request parameter: comment
-    =============  =====================================================================================
-
-    Sources: https://docs.vllm.ai/en/v0.25.0/features/speculative_decoding/draft_model/ (docs v0.25.0:
-    ``method="draft_model"``, ``model``, ``num_speculative_tokens``; ``vllm serve <target>
-    --speculative-config '<json>'``); vllm-project/vllm ``docs/features/speculative_decoding/README.md``
-    @01ed47b4 (section "--speculative-config schema": keys ``method``, ``model``,
-    ``num_speculative_tokens``, ``draft_tensor_parallel_size``, ``max_model_len``; n-gram keys
-    ``prompt_lookup_max``/``prompt_lookup_min``, 5 and 5 when both omitted; "temperature and top_p are
-    sampling parameters, not --speculative-config fields"); ``docs/features/speculative_decoding/
-    configuration.md`` @9d0e0b83; ``vllm/config/speculative.py`` @002e77c1 (``SpeculativeConfig``:
-    ``SpeculativeMethod`` includes ``"draft_model"`` and ``"ngram"``, ``num_speculative_tokens > 0``;
-    no tree field). Trees: ``speculative_token_tree`` was read only by the EAGLE proposer
-    (``vllm/v1/spec_decode/eagle.py``, PR vllm-project/vllm#20401) and is absent from the current source.
-    The docs state draft models are unsupported in ``vllm<=0.10.0``.
-
-SGLang — :func:`to_sglang`
-    =============  =====================================================================================
-    chain          ``--speculative-algorithm STANDALONE --speculative-draft-model-path <draft>
-                   --speculative-num-steps γ --speculative-eagle-topk 1 --speculative-num-draft-tokens γ+1``
-    tree           ``STANDALONE``, ``--speculative-num-steps D --speculative-eagle-topk k
-                   --speculative-num-draft-tokens P+1`` (+ ``--disable-overlap-schedule`` when k > 1)
-    ngram          ``--speculative-algorithm NGRAM --speculative-num-draft-tokens γ+1
-                   --speculative-ngram-max-bfs-breadth 1`` (a chain, as measured)
-    none           no speculative flags
-    min/p_min      no SGLang flag: warning; temperature is a request parameter: comment
-    =============  =====================================================================================
-
-    ``--speculative-num-draft-tokens`` counts the root (the last accepted token): with topk 1 SGLang
-    forces it to ``num_steps + 1`` (python/sglang/srt/server_args.py, ``_handle_speculative_decoding``);
-    the EAGLE tree keeps ``num_draft_tokens - 1`` drafted nodes (``organize_draft_results``:
-    ``torch.topk(score_list, num_draft_token - 1)``) out of ``k + (D-1)·k²`` candidates; the NGRAM result
-    starts with the last token (python/sglang/srt/speculative/cpp_ngram/result.cpp @0657507f,
-    ``fillResult``). Sources: sgl-project/sglang ``docs/docs/advanced_features/speculative_decoding.mdx``
-    @009f3c99 (current docs: STANDALONE section, "Speculative Decoding V2 (Overlap Scheduler)": overlap
-    is on by default and supports only ``--speculative-eagle-topk 1``, ``--disable-overlap-schedule``
-    falls back; NGRAM flags ``--speculative-ngram-{min,max}-bfs-breadth``, ``-match-type``,
-    ``-max-trie-depth``, ``-capacity``); ``docs/advanced_features/speculative_decoding.md`` @067ad4d3
-    (older docs: the same core flags, NGRAM window flags ``--speculative-ngram-{min,max}-match-window-
-    size`` that the current docs no longer list).
-
-llama.cpp server — :func:`to_llamacpp_server`
-    =============  =====================================================================================
-    chain          ``--spec-type draft-simple --spec-draft-model <draft> --spec-draft-n-max γ
-                   --spec-draft-n-min m --spec-draft-p-min p`` (p = 0 when no threshold)
-    tree           llama-server drafts chains only: the chain of the tree's depth, warning
-    ngram          ``--spec-type ngram-simple --spec-ngram-simple-size-m γ`` [+ ``--spec-ngram-simple-
-                   size-n n``]
-    none           no speculative flags
-    temperature    ``--temp T`` (the server's default sampling temperature)
-    =============  =====================================================================================
-
-    ``legacy_flags=True`` gives the names of builds before the April 2026 rename (PR ggml-org/llama.cpp
-    #22397): ``--model-draft``, ``--draft-max``, ``--draft-min``, ``--draft-p-min``; n-gram
-    ``--spec-type ngram-simple --draft-max γ --spec-ngram-size-m γ [--spec-ngram-size-n n]``.
-    Sources: ggml-org/llama.cpp ``tools/server/README.md`` @00dc8057 (generated option list:
-    ``--spec-draft-model, -md, --model-draft``, ``--spec-draft-n-max``, ``--spec-draft-n-min``,
-    ``--spec-draft-p-min, --draft-p-min``, ``--spec-draft-ngl, -ngld``, ``--spec-type none,draft-simple,
-    ...,ngram-simple,...``, ``--spec-ngram-simple-size-n/-size-m``; ``--draft, --draft-n, --draft-max``
-    and ``--draft-min`` "removed"); PR ggml-org/llama.cpp#22397 (2026-04-26, table of renamed
-    arguments), #22964 (2026-05-12, ``draft-*`` spec types, ``--spec-draft-*`` arguments), #22673
-    (``draft-simple``); ``docs/speculative.md`` @067318e6 (pre-rename: ``--draft-max``, ``--draft-min``,
-    ``--spec-type ngram-simple``, ``--spec-ngram-size-n/-m``). The draft defaults changed across builds
-    (``--draft-min`` 0 or 5, ``--draft-p-min`` 0.9/0.8/0.75/0.0), so both are always written out.
+exist. Lines starting with ``#`` are comments; the command line is shell-quoted (:func:`shlex.quote`).
+The method mapping per engine and its sources (docs and commits read): docs/notes.md (`export.py`).
 """
 from __future__ import annotations
 
@@ -151,21 +71,16 @@ def _name(value, what: str) -> str:
 class Recommendation:
     """What to serve: the input of the exporters (validated on construction).
 
-    ``method`` is one of :data:`METHODS`:
-
-    * ``"chain"`` — the separate ``draft`` model drafts ``num_speculative_tokens`` = γ tokens per round;
-    * ``"tree"`` — the ``draft`` drafts a tree of ``tree_capacity`` = P nodes (root excluded), depth
-      ``num_speculative_tokens`` = D and at most ``tree_topk`` = k children per node
-      (D ≤ P ≤ k + k² + … + k^D);
-    * ``"ngram"`` — prompt lookup (no draft model) proposes up to γ tokens; ``ngram_min``/``ngram_max``
-      optionally give the n-gram sizes matched against the context (one given: the other mirrors it);
-    * ``"none"`` — speculation will not pay: plain serving (``num_speculative_tokens`` ≥ 0 is ignored;
-      a ``draft`` that was measured may be kept for the record).
-
-    ``min_draft_tokens`` (≤ γ) and ``draft_p_min`` (draft confidence below which drafting stops, in
-    [0, 1]; draft-model methods only) are exported where the engine has a setting for them.
-    ``temperature`` is the sampling temperature the recommendation was measured at. ``notes`` are free
-    text the exporters copy into comments.
+    ``method`` is one of :data:`METHODS`: ``"chain"`` (the separate ``draft`` model drafts
+    ``num_speculative_tokens`` = γ tokens per round); ``"tree"`` (a tree of ``tree_capacity`` = P nodes,
+    root excluded, depth ``num_speculative_tokens`` = D, at most ``tree_topk`` = k children per node,
+    D ≤ P ≤ k + k² + … + k^D); ``"ngram"`` (prompt lookup, no draft model, proposes up to γ tokens;
+    ``ngram_min``/``ngram_max`` optionally give the n-gram sizes matched against the context, one given:
+    the other mirrors it); ``"none"`` (speculation will not pay: plain serving; ``num_speculative_tokens``
+    ≥ 0 is ignored, a ``draft`` that was measured may be kept for the record). ``min_draft_tokens`` (≤ γ)
+    and ``draft_p_min`` (draft confidence below which drafting stops, in [0, 1]; draft-model methods only)
+    are exported where the engine has a setting for them. ``temperature`` is the sampling temperature the
+    recommendation was measured at. ``notes`` are free text the exporters copy into comments.
     """
 
     target: str

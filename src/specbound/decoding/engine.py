@@ -357,31 +357,18 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
                        verification: str = "token", shape: str | None = None) -> DecodeResult:
     """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
 
-    One loop (:class:`Speculator`) for every drafter, chosen by the keywords:
-
-    * ``gamma``: draft chain length per round; ``None`` drafts to the horizon (Yin's setting);
-      ``"auto"`` picks γ every round from the cost model with measured costs (γ = 0: a plain step);
-    * ``drafts=M`` (> 1): M i.i.d. draft sequences per round scored in one target pass (batch SD, Yin et
-      al. 2024 Alg. 4 / Thm 3), ``design`` "B" (default) or "A" (prefix-tree walk, a derived variant);
-    * ``tree=P``: a draft tree of at most P nodes per round (Pankratov & Alistarh 2026);
-      ``tree_drafter`` "dynamic", "sampled", "chain" or "oracle" (the target drafts its own T*(P));
-      ``tree="auto"``: the dynamic tree sized every round from the cost model (≤ 64 nodes);
-    * ``shape="auto"`` (with ``gamma`` None or "auto"): every round drafts the shape predicted fastest
-      from the run so far — a chain of γ = auto, M = 2 drafts or a sampled tree (T > 0; at T = 0 the
-      chain), each verified by its own rule (:class:`~specbound.decoding.drafters.shapes.ShapeDrafter`);
-    * ``relaxation=("opt"|"uno", eps[, form])`` or ``"opt:0.1"``: biased over-acceptance decoding
-      (Decoding-OPT / -UNO, Yin et al. 2024 §5) on a drafted chain: ``lossless=False`` and
-      ``metrics.expected_bias`` holds the summed exact per-step TV bias;
-    * ``verification="block"``: a sampled draft chain is verified jointly (block verification, Sun
-      et al. 2025, Alg. 2): the same output law, never fewer accepted tokens in expectation than the
-      default token-wise rule ("token"); greedy decoding is unchanged. ``"auto"`` (``specbound
-      generate``'s default) is block verification wherever it applies (a drafted chain, no relaxation)
-      and token-wise otherwise. The library's default stays token-wise: Yin et al.'s Alg. 1, whose
-      rejection counts (Thm 1) the analysis measures.
-
-    Sampling settings apply identically to target and draft; the output law is the target's
-    processed law (Yin et al. 2024, Thm 1). ``callback`` receives each round's new token ids;
-    ``stop_token_ids`` end decoding right after the first such token (e.g. EOS).
+    One loop (:class:`Speculator`) for every drafter, chosen by the keywords: ``gamma`` (chain length per
+    round; ``None`` drafts to the horizon, ``"auto"`` sizes it every round from the measured costs, γ = 0:
+    a plain step); ``drafts=M`` (M i.i.d. drafts per round in one target pass, Yin et al. Alg. 4 / Thm 3,
+    ``design`` "B" or "A"); ``tree=P`` (a draft tree of at most P nodes, ``tree_drafter`` "dynamic",
+    "sampled", "chain" or "oracle"; ``"auto"``: the dynamic tree sized every round); ``shape="auto"`` (each
+    round the shape predicted fastest); ``relaxation=("opt"|"uno", eps[, form])`` or ``"opt:0.1"``
+    (Decoding-OPT/-UNO, Yin et al. §5: NOT lossless, ``metrics.expected_bias`` sums the exact TV bias);
+    ``verification`` "token" (default: Yin's Alg. 1, whose rejection counts the analysis measures), "block"
+    (Sun et al. 2025: the same law, never fewer accepted tokens) or "auto" (block wherever it applies).
+    Sampling settings apply identically to target and draft; the output law is the target's processed
+    law (Yin et al. 2024, Thm 1). ``callback`` receives each round's new token ids; ``stop_token_ids`` end
+    decoding right after the first such token (e.g. EOS). Every keyword in full: docs/notes.md (`engine.py`).
     """
     sampling = SamplingConfig(temperature, top_k, top_p)
     max_new_tokens = check_budget(max_new_tokens)

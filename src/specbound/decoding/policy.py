@@ -11,8 +11,7 @@ round's throughput E/T, T = draft seconds + t(pending + nodes) from the online-c
 :class:`~specbound.decoding.costs.CostModel` (Yin et al.'s Assumption 1: free drafts, constant t). When
 nothing pays the round is a plain step; after ``explore_every`` plain steps a probe draft is tried (backing
 off while probes lose), so one bad estimate cannot keep decoding plain for good. :class:`BatchDraftLength`
-(``batch_policy.py``) sizes batches, :class:`ShapeChoice` picks the shape. Sizing never changes
-verification: the law is untouched.
+(``batch_policy.py``) sizes batches, :class:`ShapeChoice` picks the shape; verification is untouched.
 """
 from __future__ import annotations
 
@@ -146,19 +145,16 @@ class ShapeChoice:
     """Which drafted SHAPE a round uses (``shape="auto"``): the one with the highest predicted tokens
     per second, from what the shapes did on this text.
 
-    Per shape s: the predicted tokens per round E_s is the recency-weighted mean (weight ``memory`` per
-    round of that shape) of 1 + E[X | drafted tree] over its rounds — the exact expected accepted
-    tokens GIVEN the tree it drafted (Pankratov & Alistarh 2026, §2 tree value; under recursive
-    rejection :func:`specbound.theory.sampled_tree_value`, under block verification Σ_i P(τ ≥ i)), so
-    the verifier's coins add no noise — and the cost S_s is the recency-weighted mean wall time of its
-    rounds as measured (drafting, the target pass, verification and the loop's own work: everything
-    the choice changes). The rate is E_s / S_s.
-
-    Schedule: the first shape alone for ``warmup`` rounds (the chain's calibration and length settle,
-    and the other shapes are sized from it); then every other shape for ``trial`` rounds; then the
+    Per shape s: E_s is the recency-weighted mean (weight ``memory`` per round of that shape) of
+    1 + E[X | drafted tree] over its rounds — the exact expected accepted tokens GIVEN the tree it drafted
+    (Pankratov & Alistarh 2026, §2; under recursive rejection :func:`specbound.theory.sampled_tree_value`,
+    under block verification Σ_i P(τ ≥ i)), so the verifier's coins add no noise — and S_s the
+    recency-weighted mean wall time of its rounds as measured (everything the choice changes). The rate
+    is E_s / S_s. Schedule: the first shape alone for ``warmup`` rounds (the chain's calibration and length
+    settle, and the other shapes are sized from it); then every other shape for ``trial`` rounds; then the
     best rate, a shape that lost retried after ``explore_every`` rounds, then 2, 4, 8, 16 times as long
-    (reset when it wins). The choice depends only on rounds already verified, never on the round it
-    sizes, so every round stays a lossless verification of the target's law.
+    (reset when it wins). The choice depends only on rounds already verified, never on the round it sizes,
+    so every round stays a lossless verification of the target's law.
     """
 
     def __init__(self, names, warmup: int = 4, trial: int = 2, explore_every: int = 8, memory: float = 0.9):

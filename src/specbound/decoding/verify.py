@@ -3,24 +3,14 @@
 Pure tensor functions, no model calls, allocations on the device of the inputs. Vocabulary (as in
 vLLM's rejection sampler): a drafted token is *accepted* with probability b = min(1, target/draft);
 the first rejected position gets a *recovered* token drawn from the residual [target − b·draft]_+
-(normalised); when the walk ends at a leaf the target's law there gives a free *bonus* token.
-
-Three rules, chosen by the tree, cover every engine:
-
-* sampled chain (fan-out 1): Yin et al. 2024, Alg. 1, vectorised over the positions; any member of
-  the rejection-based family of Alg. 2 (:class:`AcceptanceRule`: Thm 2 family, Decoding-OPT/-UNO of
-  §5) can replace the standard rule, and :data:`BLOCK` verifies the chain jointly (block
-  verification, Sun et al. 2025, Alg. 2: same output law, never fewer accepted tokens);
-* sampled tree (siblings drawn i.i.d. from the draft law at their parent): recursive rejection
-  sampling over the siblings at every depth (Yin et al. 2024, Alg. 4 / Thm 3; SpecInfer), which with
-  M root branches is batch design B, and with ``pool_equal_prefixes`` the prefix-tree walk of design A;
-* deterministic tree: walk from the root, draw x from the target law at the current node, move to
-  the child holding x or stop (Pankratov & Alistarh 2026, §1); E[X | T] = Σ_{v∈T} p_target(v).
-
-The :class:`Verdict` carries the accepted path, the recovered/bonus token and, per tested depth, the
-acceptance probability given the drafted tokens and the exact TV bias of the step (0 when lossless),
-so analyses read them instead of patching rules. NumPy twins of the formulas live in
-:mod:`specbound.theory` and are cross-checked in the tests.
+(normalised); when the walk ends at a leaf the target's law there gives a free *bonus* token. Three
+rules, chosen by the tree: a sampled chain (Yin et al. 2024, Alg. 1; any :class:`AcceptanceRule` of the
+Alg. 2 family; :data:`BLOCK`, block verification, Sun et al. 2025); a sampled tree (recursive rejection
+over siblings, Yin et al. Alg. 4 / SpecInfer: batch design B, design A with ``pool_equal_prefixes``); a
+deterministic tree (the target walk, Pankratov & Alistarh 2026, §1). The :class:`Verdict` carries the
+accepted path, the recovered/bonus token and, per tested depth, the acceptance probability and the exact
+TV bias of the step, so analyses read them instead of patching rules. NumPy twins of the formulas live in
+:mod:`specbound.theory` and are cross-checked in the tests. In full: docs/notes.md (`decoding/verify.py`).
 """
 from __future__ import annotations
 

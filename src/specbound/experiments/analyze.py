@@ -9,10 +9,9 @@
 (e) **speed-ups**: constant-time model (= τ; E[X] + 1 for the oracle and the bounds) and a
     wall-clock estimate τ·t(1)/(draft seconds per round + t(P + 1)) with the measured t(k).
 
-X counts accepted draft tokens (the bonus/recovered token is not), τ = tokens per target call.
-Everything is a typed result keyed by the capacity P (an int); :mod:`.analyze_report` renders it.
-:func:`run` is the study (:class:`Settings` in: loads the pair and the prompts, checks them, runs
-:func:`analyze_set`); :func:`analyze_set` works on models already loaded.
+X counts accepted draft tokens (the bonus/recovered token is not), τ = tokens per target call. Results
+are typed and keyed by the capacity P (an int); :mod:`.analyze_report` renders them. :func:`run` is the
+study (loads the pair and the prompts, checks them, runs :func:`analyze_set`, which works on loaded models).
 """
 from __future__ import annotations
 

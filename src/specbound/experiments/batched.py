@@ -2,22 +2,15 @@
 
 Total tokens per second and per-request latency of speculative decoding of B requests together
 (``speculative_decode_batch``) against plain batched decoding on the SAME target
-(``autoregressive_decode_batch``) and Hugging Face ``generate`` with a left-padded batch of B on the same
-target modules; and, as the reference a CPU user runs today, llama.cpp plain decoding of the target's
-GGUF, one request after another (the binding's own loop; specbound's llama.cpp rows serve as draft
-rows here: ``--draft-engine llamacpp``, a context per request over shared weights), and at B > 1 the same
-GGUF decoding the B requests together — B sequences of one llama.cpp context, one ``llama_decode`` per
-step over all of them, as llama.cpp's server does with parallel slots — driven by specbound's batched loop
-(``autoregressive_decode_batch`` on the :class:`~specbound.models.llamacpp.LlamaCppModel`); and Hugging
-Face assisted generation with the int8 torch draft (both assistant schedules), which refuses a batch, so it
-decodes the B requests one after another (at the first B only). The held-out
-prompts are decoded in groups of B, every method on every group, in an order rotated per group, in one
-process; every request decodes exactly ``tokens`` new tokens (no stop token), so all methods do the same
-work. Greedy: each request's tokens are compared with plain decoding of the same request alone.
-
-Next to each measurement: the theory's prediction (``theory/speedup.py``, ``batch_throughput``) from a
-cost curve measured in the same run and the per-depth acceptance the fixed-γ chain showed on the
-requests decoded alone (B = 1). A benchmark: it reports, it asserts nothing.
+(``autoregressive_decode_batch``), Hugging Face ``generate`` on a left-padded batch of B, llama.cpp plain
+decoding of the target's GGUF (one request after another, and at B > 1 the B requests as sequences of
+one context, one ``llama_decode`` per step, as llama.cpp's server does) and Hugging Face assisted
+generation with the int8 draft (one request after another: it refuses a batch). The held-out prompts
+are decoded in groups of B, every method on every group in an order rotated per group, in one process,
+every request exactly ``tokens`` new tokens; greedy tokens are compared with each request decoded alone.
+Beside each measurement, the theory's prediction (``theory/speedup.py``, ``batch_throughput``) from a cost
+curve and the acceptance measured in the same run. A benchmark: it reports, it asserts nothing. Every
+method in full: docs/notes.md (`experiments/batched.py`).
 """
 from __future__ import annotations
 

@@ -1,45 +1,16 @@
 """`specbound bench`: specbound against the strongest configuration of each peer, side by side in ONE process.
 
-Methods (all decode exactly ``max_new_tokens`` tokens, EOS ignored, timings include the prefill):
-
-* ``hf-generate`` — the target's own ``generate`` (plain decoding);
-* ``hf-assisted-fp32`` — Hugging Face assisted generation with the fp32 draft, its defaults;
-* ``hf-assisted-int8`` / ``hf-assisted-int8-heuristic`` — the SAME int8 draft specbound uses, with
-  HF's default schedule (up to 20 tokens, confidence 0.4) and with its ``heuristic`` schedule; the
-  better of the two per prompt set is the reference ("HF assisted-int8, best");
-* ``hf-lookup`` — Hugging Face prompt-lookup decoding (10 tokens, n-gram 2, its documented setting);
-* ``specbound-plain`` — the target decoded plainly by specbound's own loop (one token per pass,
-  through the same backend the speculative methods use: for Llama-family models the static KV cache);
-* ``specbound-chain`` — chain SD, draft length sized every round (``gamma="auto"``), verified as
-  ``generate`` does by default (``verification="auto"``: block verification at T > 0);
-* ``specbound-tree`` — dynamic draft tree sized every round (``tree="auto"``);
-* ``llamacpp-plain`` — llama.cpp's own generation loop (llama-cpp-python ``Llama.generate``) on the
-  target's packaged GGUF (Q4_K_M): what CPU users run today, the reference row;
-* ``llamacpp-plain-raw`` — the same GGUF decoded by specbound's plain loop straight over
-  ``llama_decode`` (arg-max / sampling in torch, no llama-cpp-python sampler chain): the fastest
-  plain llama.cpp decoding reachable from Python here, reported so that no peer is under-stated;
-* ``specbound-chain-lcdraft`` / ``specbound-tree-lcdraft`` — specbound with the draft's GGUF on
-  llama.cpp feeding the torch target (mixed backends), its weights as ``generate`` reads them
-  (``PairSpec.draft_quant``, default q4_0: re-quantised once, :mod:`specbound.models.requant`);
-* ``specbound-chain-lcdraft-file`` — the same with the draft's GGUF file as it ships;
-* ``specbound-shape-lcdraft`` — the llama.cpp draft with the drafted shape chosen every round
-  (``shape="auto"``: chain, 2 drafts or a sampled tree, by predicted tokens per second).
-
-Every method reports end-to-end tok/s and decode tok/s (prefill excluded: tokens after the first
-over the time after the first token for the peers; new tokens over total − prefill for specbound).
-
-Every model uses the same kernels (oneDNN-prepacked fp32 target and fp32 draft, the int8 draft
-with the padded one-row path), so a ratio compares algorithms, not kernels. Per prompt and mode the
-methods run interleaved in an order rotated per prompt; each finished (prompt, mode) is journaled so
-``--resume`` continues an interrupted run.
-
-``seeds`` = S > 1 repeats every sampled (prompt, mode) S times with paired seeds: in repeat s every
-method gets the same seed ``derive_seed(seed, "bench", prompt id, s)`` (:mod:`specbound.seeds`: the
-methods are compared on the same random stream, common random numbers; other prompts and repeats draw
-independent streams), the rotation is shifted by s, and each (prompt, mode, s) is its own journaled unit.
-Greedy output does not depend on the seed, so greedy runs once whatever S. :func:`paired_summary`
-then gives ratios with standard errors and a 95% interval instead of bare medians. This is a benchmark: it prints and writes numbers and
-asserts nothing about speed.
+Methods (:data:`BENCH_METHODS`; each decodes exactly ``max_new_tokens`` tokens, EOS ignored, timings
+include the prefill): Hugging Face ``generate``, assisted generation (the fp32 draft; the SAME int8 draft
+specbound uses, HF's default and ``heuristic`` schedules) and prompt lookup; specbound plain, chain
+(``gamma="auto"``) and tree (``tree="auto"``); llama.cpp's own loop on the target's GGUF (the reference
+row) and the same GGUF under specbound's plain loop; specbound with the draft's GGUF on llama.cpp (chain,
+tree, the file as shipped, ``shape="auto"``). Each reports end-to-end and decode tok/s. Every model uses
+the same kernels, so a ratio compares algorithms, not kernels; the methods run interleaved in an order
+rotated per prompt, each (prompt, mode) journaled for ``--resume``. ``seeds`` = S > 1 repeats every
+sampled unit S times with paired seeds (:mod:`specbound.seeds`: common random numbers), and
+:func:`paired_summary` gives ratios with 95% intervals. A benchmark: it asserts nothing about speed.
+Every method in full: docs/notes.md (`experiments/bench.py`).
 """
 from __future__ import annotations
 
@@ -485,18 +456,13 @@ def paired_summary(rows: list[BenchRow], best_assisted: str | None = None) -> di
 
     References: ``hf-generate`` and the best HF assisted-int8 configuration (``best_assisted``; by
     default the one with the higher mean tok/s) on end-to-end tok/s, and ``llamacpp-plain`` on decode
-    tok/s, each when present.
-
-    Per prompt: the ratio of the mean tok/s over seeds, ``mean(method)/mean(reference)``, with its
-    delta-method standard error for paired samples, ``R·sqrt((s_a²/ā² + s_b²/b̄² − 2·s_ab/(ā·b̄))/S)``.
-    The covariance term is what pairing buys: a seed that makes both methods slow cancels out.
-
-    Pooled over prompts: the geometric mean of the per-(prompt, seed) paired ratios,
-    ``exp(mean log(a/b))``. Its standard error is clustered by prompt (CR1), so it includes the
-    prompt-to-prompt spread of the speed-up and does not count the S seeds of one prompt as S
-    independent prompts; the 95% interval is ``exp(mean ± q·SE)`` with q the Student t quantile on
-    prompts − 1 degrees of freedom (1.96 for many prompts, wider for few — with 8 prompts q = 2.36).
-    With a single prompt the SE is that of the seeds' log ratios. Also the median τ per method.
+    tok/s, each when present. Per prompt: the ratio of the mean tok/s over seeds with its delta-method
+    standard error for paired samples, ``R·sqrt((s_a²/ā² + s_b²/b̄² − 2·s_ab/(ā·b̄))/S)``: the covariance
+    term is what pairing buys (a seed that makes both methods slow cancels out). Pooled over prompts: the
+    geometric mean of the per-(prompt, seed) paired ratios, ``exp(mean log(a/b))``, its standard error
+    clustered by prompt (CR1, so the S seeds of one prompt are not S independent prompts) and the 95%
+    interval ``exp(mean ± q·SE)`` with q the Student t quantile on prompts − 1 degrees of freedom (2.36
+    for 8 prompts). With a single prompt the SE is that of the seeds' log ratios. Also the median τ.
     """
     methods = [m for m in BENCH_METHODS if any(m in r.runs for r in rows)]
     if best_assisted is None:

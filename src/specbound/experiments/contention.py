@@ -1,22 +1,15 @@
 """Decoding quiet and beside a busy neighbour, per OpenMP wait policy: plain decoding of the target,
-speculative decoding with ``specbound generate``'s default drafting (chain sized per round, the
-draft's GGUF on llama.cpp when it is installed) and llama.cpp plain decoding of the target's GGUF.
+speculative decoding with ``specbound generate``'s default drafting and llama.cpp plain decoding.
 
-Why: an OpenMP worker that finished its share of a parallel region either spins (waiting for the
-next region) or sleeps. Spinning wins on a quiet machine — the next region starts without a wake-up,
-and a decoding step is hundreds of small regions (torch) or one graph with many barriers
-(llama.cpp, also built on OpenMP) — but on a 2-core machine a spinning worker and a neighbour fight
-for a core, and a forward can take many times longer. libgomp's choices: ``OMP_WAIT_POLICY=PASSIVE``
-(sleep at once), ``ACTIVE`` (spin), unset (spin for ``GOMP_SPINCOUNT`` = 300 000 iterations, then
-sleep), or unset with a smaller ``GOMP_SPINCOUNT``. Both OpenMP runtimes in the process (torch's and
-llama.cpp's) read the same variables. This benchmark measures every policy side by side, quiet
-and with ONE CPU hog (a process spinning on one core).
-
-The wait policy is fixed when the OpenMP runtime starts, so each policy runs in its own child
-process (``python -m specbound.experiments.contention --child``); the thread count is changed
-inside the child. Each child loads the pair once, then for each thread count measures the methods
-quiet and with the hog, on a held-out prompt, several repeats each (medians). This is a benchmark:
-it reports, it asserts nothing.
+Why: an OpenMP worker that finished its share of a parallel region either spins (waiting for the next
+region) or sleeps. Spinning wins on a quiet machine (a decoding step is hundreds of small regions), but
+on a 2-core machine a spinning worker and a neighbour fight for a core. This benchmark measures every
+libgomp choice (``OMP_WAIT_POLICY`` PASSIVE or ACTIVE, unset, unset with a smaller ``GOMP_SPINCOUNT``;
+torch's and llama.cpp's OpenMP read the same variables) side by side, quiet and with ONE CPU hog. The
+policy is fixed when the OpenMP runtime starts, so each runs in its own child process (``python -m
+specbound.experiments.contention --child``), which loads the pair once and measures every thread count
+quiet and with the hog (medians of repeats). A benchmark: it reports, it asserts nothing. In full:
+docs/notes.md (`experiments/contention.py`).
 """
 from __future__ import annotations
 

@@ -1,19 +1,13 @@
 """llama.cpp's own decoding, as peers for benchmarks, and a t(k) timer for llama.cpp models.
 
-What llama-cpp-python (0.3.x) offers for speculative decoding: the high-level ``Llama`` class takes
-``draft_model=``, any :class:`llama_cpp.llama_speculative.LlamaDraftModel` (a callable: token ids
-so far -> proposed next tokens). Each step ``Llama.generate`` evaluates the accepted tokens plus the
-proposal in one batch (``logits_all``), samples the target at every proposed position with its own
-sampler chain, keeps the proposal up to the first mismatch and removes the rest from the KV cache.
-That rule is lossless for any sampler (every kept token is a target sample), but it accepts less
-than rejection sampling at T > 0. The binding ships one proposer, ``LlamaPromptLookupDecoding``
-(n-gram lookup in the context); a draft MODEL is plugged in through the same hook, see
-:class:`DraftModelProposer` (greedy drafts from a second GGUF, its cache kept between calls). The
-C++ ``common/speculative`` code of llama.cpp (draft model, tree drafts) is not exposed by the binding.
-
-Sampling differences to keep in mind: ``Llama`` applies top-k, typical, top-p and min-p BEFORE the
-temperature and always runs a repeat-penalty stage (a no-op at ``repeat_penalty=1``); specbound
-applies the temperature first. Top-k is order-independent; top-p differs when T != 1.
+llama-cpp-python (0.3.x) speculates through ``Llama(draft_model=...)``: any
+:class:`llama_cpp.llama_speculative.LlamaDraftModel` proposes tokens, ``Llama.generate`` evaluates them
+in one batch and keeps the proposal up to the first mismatch with its own samples (lossless for any
+sampler, but it accepts less than rejection sampling at T > 0). The binding ships only prompt lookup
+(``LlamaPromptLookupDecoding``); :class:`DraftModelProposer` plugs in a draft MODEL (greedy drafts from
+a second GGUF, its cache kept between calls). llama.cpp's C++ ``common/speculative`` is not exposed.
+Sampling differs: ``Llama`` applies top-k, typical, top-p and min-p BEFORE the temperature (specbound
+after) and always runs a repeat-penalty stage (a no-op at 1); top-p differs when T != 1.
 """
 from __future__ import annotations
 

@@ -5,14 +5,13 @@
   values of design A (prefix-tree DFS: a derived variant, not the paper's statement); (c) E[N_rej]
   against M = 1..20 (designs A and B exact, Monte Carlo points, Prop. 1 limit of design B). The Monte
   Carlo is the vectorised NumPy simulator :func:`~specbound.theory.simulate_batch_rejections`; the
-  decoding engine (:func:`~specbound.decoding.speculative_decode` on
-  :class:`~specbound.models.ChainModel` s, drafting to the horizon) is run for fewer runs as a cross-check.
+  decoding engine (:func:`~specbound.decoding.speculative_decode` on :class:`~specbound.models.ChainModel`
+  s, drafting to the horizon) is run for fewer runs as a cross-check.
 * Fig. 3 — batch improvement TV − ρ_M against M for Bernoulli and uniform pairs: closed forms
   against the recursive residual chain.
 
-Fig. 4 (the over-acceptance Pareto front) is :mod:`.yin_pareto`, Table 1 (real models)
-:mod:`.yin_table1`; :mod:`.yin_study` runs them all (``run(settings) -> YinResult``) and
-:mod:`.yin_report` renders the result.
+Fig. 4 (the over-acceptance Pareto front) is :mod:`.yin_pareto`, Table 1 (real models) :mod:`.yin_table1`;
+:mod:`.yin_study` runs them all (``run(settings) -> YinResult``) and :mod:`.yin_report` renders the result.
 """
 from __future__ import annotations
 

@@ -1,20 +1,16 @@
 """What B rows of a batch really cost, measured through the engine's batched loop.
 
 A single row's cost curve t(k) misprices a batch: B rows reading one token each are not one row
-reading B tokens (every row attends over its own cache, with its own cache writes and mask, inside
-the shared pass), and every round has work outside the passes that grows with B (each request's
-sampling, verification and scheduling share one interpreter). :func:`measure_batch_passes` runs
-plain batched decoding and a drafted chain of fixed length at each batch size on calibration
-prompts and reads, from the scheduler's pass records,
-
-* the ratio of the target's measured passes to what its one-row curve predicts for them
-  (:func:`~specbound.theory.speedup.rows_pass_seconds`);
-* the draft's seconds per drafted round at two chain lengths (its first read re-reads every row's
-  accepted backlog, so a round is not γ one-token reads), and
-* the seconds per round outside the passes, for a plain round and for drafted ones.
-
-``advise --batch`` prices batch sizes with them (the batch policy corrects its prior the same way,
-online: :class:`~specbound.decoding.policy.BatchDraftLength`).
+reading B tokens (every row attends over its own cache, with its own cache writes and mask, inside the
+shared pass), and every round has work outside the passes that grows with B (each request's sampling,
+verification and scheduling share one interpreter). :func:`measure_batch_passes` runs plain batched
+decoding and a drafted chain of fixed length at each batch size on calibration prompts and reads, from
+the scheduler's pass records, the ratio of the target's passes to what its one-row curve predicts
+(:func:`~specbound.theory.speedup.rows_pass_seconds`), the draft's seconds per drafted round at two chain
+lengths (its first read re-reads every row's accepted backlog, so a round is not γ one-token reads) and
+the seconds per round outside the passes, plain and drafted. ``advise --batch`` prices batch sizes with
+them (the batch policy corrects its prior the same way, online:
+:class:`~specbound.decoding.batch_policy.BatchDraftLength`).
 """
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
 """The real drafters against the oracle (Pankratov & Alistarh 2026, §2 and Fig. 2 in kind).
 
 * :func:`drafter_values_at` — the one computation: exact E[X | drafted tree] at one context, every
-  P ≤ P_max, for the engine's dynamic tree drafter (deterministic: running sums of p_target(v) in
-  best-first order) and its sampled-chain drafter (acceptance coins integrated out);
+  P ≤ P_max, for the engine's dynamic tree drafter (running sums of p_target(v) in best-first order)
+  and its sampled-chain drafter (acceptance coins integrated out);
 * :func:`drafter_values` — that at the oracle's positions, journalled (the studies);
 * :func:`dynamic_tree_values` — the dynamic tree's mean value, level widths and draft reads at given
   contexts, and :func:`greedy_tree_rounds` — the same per round along greedy texts (``specbound advise``);
 * :func:`chain_verification_values` — exact accepted tokens of sampled chains under token-wise and
-  block verification (``specbound advise`` at T > 0);
-* :func:`sampled_shape_values` — exact accepted tokens of sampled trees and of M-draft batches under
-  recursive rejection, with the draft reads that drafted them (``specbound advise`` at T > 0);
+  block verification, and :func:`sampled_shape_values` — of sampled trees and M-draft batches under
+  recursive rejection, with their draft reads (``specbound advise`` at T > 0);
 * :func:`drafter_runs` — τ(P), tokens per target call, of tree SD with a real drafter, through
   :func:`~specbound.decoding.speculative_decode`;
 * :func:`measure_target_costs` — t(k), seconds of a target pass over k new tokens.
@@ -65,12 +64,11 @@ def drafter_values_at(target, draft, context: list[int], capacity: int, config: 
     * dynamic tree (deterministic): the drafter's exact best-first top-P tree is nested (its first n
       nodes in best-first order are its tree for capacity n), so E[X | T_dyn(n)] = running sums of
       p_target(v) in that order (Pankratov & Alistarh 2026, §2 tree value); ≤ E[X | T*(n)] always.
-    * chain (sampled, rejection-verified): one chain of ``capacity`` tokens sampled from the draft;
-      its first n tokens are a chain of length n, and given the drafted tokens the expected accepted
-      length is Σ_{k≤n} Π_{i≤k} min(1, target_i(x_i)/draft_i(x_i)) (Leviathan et al. 2023).
+    * chain (sampled, rejection-verified): one chain of ``capacity`` tokens sampled from the draft; its
+      first n tokens are a chain of length n, expected to accept Σ_{k≤n} Π_{i≤k} min(1,
+      target_i(x_i)/draft_i(x_i)) given the drafted tokens (Leviathan et al. 2023).
     * chain_block: the SAME sampled chain verified jointly (block verification, Sun et al. 2025,
-      :func:`~specbound.theory.verification.block_accepted_by_length`), so chain vs chain_block is the
-      verifier's difference alone.
+      :func:`~specbound.theory.verification.block_accepted_by_length`): the verifier's difference alone.
 
     ``kinds`` picks the drafters (a subset of :data:`EXACT_KINDS`); ``rank`` is the sampling the
     dynamic tree is built with (default ``config``; the target's laws always use ``config``).

@@ -1,22 +1,16 @@
 """The one small protocol every backend implements, and the cache bookkeeping they share.
 
-A :class:`LanguageModel` keeps a cache of the tokens it has read and, for each new token, returns
-the logits of the *next* token. The cache is a tree laid out flat: a *committed chain* (slots
-``0 .. chain_length-1``, the prompt and accepted tokens, each the parent of the next) followed by
-*tree slots* whose parents are explicit. Every slot has a position (its parent's position + 1) and
-attends to itself and its ancestors only. Three calls change the cache:
-
-* ``forward(tokens)`` reads a chain after the last slot;
-* ``forward_tree(tokens, parents)`` reads nodes that may hang under ANY cached slot at or after the
-  last committed one, or under an earlier node of the same call (``parents`` are absolute slot
-  indices) — so a drafter can grow a tree level by level, one call per depth, without re-reading;
-* ``keep_path(base, path)`` keeps slots ``0..base-1`` plus the slots ``path`` (a chain hanging below
-  slot ``base-1``) and makes that the committed chain; ``crop(length)`` keeps the first ``length`` slots.
-
-The engines never look inside a cache: a rejected token can never stay in one (docs/design.md, known
-traps). :class:`CacheTree` holds the parent/position bookkeeping so each backend only maps it to its
-own mechanism (a 4-D attention mask for Hugging Face, sequence ids for llama.cpp, positions for
-exact Markov chains).
+A :class:`LanguageModel` keeps a cache of the tokens it has read and, for each new token, returns the
+logits of the *next* token. The cache is a tree laid out flat: a *committed chain* (slots ``0 ..
+chain_length-1``, the prompt and accepted tokens, each the parent of the next) followed by *tree slots*
+whose parents are explicit; every slot has a position (its parent's + 1) and attends to itself and its
+ancestors only. ``forward(tokens)`` reads a chain after the last slot; ``forward_tree(tokens, parents)``
+reads nodes under any cached slot at or after the last committed one, or under an earlier node of the
+same call, so a drafter grows a tree one call per depth without re-reading; ``keep_path(base, path)``
+keeps slots ``0..base-1`` plus ``path`` as the committed chain; ``crop(length)`` keeps the first
+``length`` slots. The engines never look inside a cache: a rejected token can never stay in one
+(docs/design.md, known traps). :class:`CacheTree` holds the parent/position bookkeeping, which each
+backend maps to its own mechanism (a 4-D mask for Hugging Face, sequence ids for llama.cpp).
 """
 from __future__ import annotations
 

@@ -1,36 +1,16 @@
 """int8 weights for CPU targets and drafts: per-channel weight scales, per-token activation scales.
 
-A target quantised to int8 is a *different target* (as llama.cpp's Q4_K_M is): speculative
-decoding stays lossless with respect to it, never with respect to the fp32 model it came from.
-So the quantised model must be a well-defined function of its input, and as close to fp32 as the
-kernel allows. :class:`Int8Linear` gives both on x86 CPUs with fbgemm (``torch.ops.quantized``):
-
-* **per-channel weight scales** — each output row gets its own scale ``max|w_row| / 127``;
-* **per-token activation scales** — each input row x is divided by ``m = max|x|`` and a constant
-  *anchor row* holding −1 and +1 is appended before fbgemm's dynamic quantisation, which picks
-  one (asymmetric) scale for the whole call from its min and max. With the anchor, that scale is
-  the same for every call, so each row is quantised exactly as it would be alone; int8×int8 products
-  accumulate exactly in int32, and the row is multiplied back by its own m. The layer is therefore
-  **batch-invariant** (a row's output does not depend on the other rows in the call: tested bit for
-  bit), which is what lets the verify pass of k drafted tokens agree with one-token decoding.
-  (fbgemm's default dynamic linear scales activations per *tensor*: a token's logits then depend on
-  the other tokens of the pass, and greedy speculative output drifts from the model's own greedy
-  decoding at near-ties.) The anchor row also keeps every call at ≥ 2 rows, which avoids x86's slow
-  one-row int8 path.
-* optional **smoothing** (SmoothQuant, Xiao et al. 2023): input channel j is divided by s_j and the
-  weight column multiplied by s_j, s_j = (max|x_j|^α / max|w_j|^(1−α)), with max|x_j| measured on a
-  short calibration text. The product is unchanged in exact arithmetic; outlier channels stop
-  dominating the per-token activation scale.
-
-Activations use 8 bits where this CPU's fbgemm kernels multiply u8×s8 without saturating (VNNI's
-``vpdpbusd`` accumulates in int32), 7 bits (fbgemm's ``reduce_range``) where they would saturate
-(AVX2's ``vpmaddubsw`` sums pairs in int16): :func:`activation_bits` decides by one worst-case product,
-checked once per process. 8 bits halve the activation step (2/255 instead of 2/127 of a row's max).
-
-:class:`Int8Embedding` keeps the token embedding as int8 rows with one scale each (the same
-quantisation as a per-channel output layer; a tied output layer shares its tensor).
-:func:`save_int8` / :func:`load_int8` write and read such a model as one safetensors file plus
-its config and tokenizer, so a fresh machine never needs the fp32 copy.
+A target quantised to int8 is a *different target* (as llama.cpp's Q4_K_M is): speculative decoding
+stays lossless with respect to it, never with respect to the fp32 model it came from, so the quantised
+model must be a well-defined function of its input, and as close to fp32 as the kernel allows.
+:class:`Int8Linear` gives both on x86 CPUs with fbgemm: per-channel weight scales, and per-token
+activation scales made exact by a constant *anchor row* (−1, +1) appended before fbgemm's dynamic
+quantisation, so its one scale per call is the same for every call and the layer is **batch-invariant**
+(tested bit for bit: the verify pass of k drafted tokens agrees with one-token decoding); optional
+SmoothQuant smoothing. Activations use 8 bits where this CPU's kernels multiply u8×s8 without saturating
+(VNNI), 7 where they would (AVX2): :func:`activation_bits`. :class:`Int8Embedding` keeps the embedding as
+int8 rows; :func:`save_int8` / :func:`load_int8` write and read such a model as one safetensors file with
+its config and tokenizer. Why each piece, in full: docs/notes.md (`models/int8.py`).
 """
 from __future__ import annotations
 

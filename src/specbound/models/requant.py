@@ -2,18 +2,14 @@
 
 The draft only proposes tokens; the target decides (Yin et al. 2024, Thm 1: the output law is the
 target's whatever the draft). So a draft may be quantised harder than its file ships if that makes
-drafting cheaper than it lowers acceptance. On llama.cpp's CPU backend the packaged Qwen2.5-Coder
-0.5B "Q4_K_M" file is mostly q5_0 (its 896-wide rows do not split into K-quant super-blocks), a type
-without llama.cpp's repacked (interleaved) CPU kernels: one draft token costs ~20 ms here. The same
-weights in q4_0 — every tensor, the tied embedding/output head included — are repacked at load and
-read in ~11 ms, while greedy acceptance on code falls by only a few percent
-(docs/quantised-targets.md, "A faster draft file").
-
-:func:`requantized_gguf` writes ``<cache>/gguf/<stem>@<quant>-<sha16 of the source>/model.gguf``
-with llama.cpp's own quantiser (re-quantising dequantises each tensor to f32 first), through a
-staging directory renamed into place, and a manifest of its size and sha256. A cached copy is checked
-on every read (size, source hash, quant; its sha256 again whenever the file changed since it last
-matched) and rebuilt when it is wrong.
+drafting cheaper than it lowers acceptance: the packaged Qwen2.5-Coder 0.5B "Q4_K_M" file is mostly
+q5_0 (its 896-wide rows do not split into K-quant super-blocks), a type without llama.cpp's repacked CPU
+kernels, and the same weights in q4_0 read in about half the time per drafted token while greedy
+acceptance on code falls by a few percent (docs/quantised-targets.md, "A faster draft file").
+:func:`requantized_gguf` writes ``<cache>/gguf/<stem>@<quant>-<sha16 of the source>/model.gguf`` with
+llama.cpp's own quantiser, through a staging directory renamed into place, and a manifest of its size
+and sha256. A cached copy is checked on every read (size, source hash, quant; its sha256 again whenever
+the file changed since it last matched) and rebuilt when it is wrong.
 """
 from __future__ import annotations
 

@@ -1,20 +1,15 @@
 """Rows of a batch that share forward passes: the :class:`PassScheduler`.
 
-Batched decoding runs one decoding loop per request (the same loop as for one request, in a thread
-of its own), each on its own *rows* of the target and draft (:meth:`LanguageModel.fork`: the same
-weights, a cache of its own). A row that can share passes (``models/static.py``) hands its read to
-the scheduler instead of running it; when EVERY live request is waiting on a read, the serving thread
-(the caller's, :meth:`PassScheduler.serve`) runs one group of them as ONE pass
-(:func:`~specbound.models.static.read_rows`) and wakes their threads.
-
-Which group runs first: the one of lowest ``priority`` (the draft's rows), so that the target's reads
-gather while the draft finishes — the round's verification is then one target pass over every
-request's drafted tokens. A group holds reads of one set of weights only.
-
-The schedule is deterministic: a pass starts only when all live requests wait, so its members depend
-on each request's own (deterministic) progress, never on thread timing. Each row attends only to its
-own cache, so a request's tokens do not depend on which others share its passes (up to the kernels'
-batch invariance; specbound's int8 kernels are batch-invariant, docs/design.md).
+Batched decoding runs one decoding loop per request (the same loop as for one request, in a thread of
+its own), each on its own *rows* of the target and draft (:meth:`LanguageModel.fork`: the same weights,
+a cache of its own). A row that can share passes hands its read to the scheduler; when EVERY live
+request is waiting on a read, the serving thread (the caller's, :meth:`PassScheduler.serve`) runs one
+group of them as ONE pass (:func:`~specbound.models.static.read_rows`) and wakes their threads. The
+group of lowest ``priority`` (the draft's rows) runs first, so the target's reads gather while the draft
+finishes; a group holds reads of one set of weights only. The schedule is deterministic: a pass starts
+only when all live requests wait, so its members depend on each request's own progress, never on thread
+timing. Each row attends only to its own cache, so a request's tokens do not depend on which others
+share its passes (up to the kernels' batch invariance; specbound's int8 kernels are batch-invariant).
 """
 from __future__ import annotations
 

@@ -1,23 +1,16 @@
 """A Llama-family Hugging Face model read through its own modules, with a static KV cache.
 
-:class:`HFModel` calls the model's ``forward`` with a ``DynamicCache``: every read concatenates
-each layer's new keys onto its cache, builds a 4-D mask and runs Hugging Face's generic
-plumbing: measured side by side on the same int8 modules (docs/results/profile, 2 cores), the
-static cache reads k = 2–16 tokens ~10% faster (t(8) 104 vs 116 ms for the 1.5B target, 54 vs
-59 ms for the 0.5B draft); one token costs the same. :class:`StaticCacheHFModel` keeps the same
-weights and the same modules (embedding, norms, projections, MLP, rotary embedding, output layer — nothing is copied
-or re-implemented but the residual wiring of a decoder layer and the attention call) and gives
-them a cache in the style of gpt-fast: one preallocated key and value tensor per layer, written
-at the slots a read fills; rollback (``crop``) only moves the length, and ``keep_path`` copies
-the kept slots next to the committed chain. Slots are :class:`~.base.CacheTree` slots, so chains,
-trees and rollback behave exactly as in :class:`HFModel` (tested logit for logit against it).
-
-Only decoder layers of the Llama form (``x + o_proj(attn(rope(q), rope(k), v))``, then
-``x + mlp(norm(x))``, full causal attention, no sliding window) are read this way:
-:func:`static_cache_unsupported` says why another model is not, and :func:`wrap_hf_model` then
-falls back to :class:`HFModel`. A model made batch-invariant
-(:func:`~specbound.models.int8.make_batch_invariant`) keeps its cache and attention in float64,
-as its registered attention does.
+:class:`HFModel` calls the model's ``forward`` with a ``DynamicCache`` (each read concatenates every
+layer's new keys, builds a 4-D mask and runs Hugging Face's generic plumbing); on the same int8 modules
+the static cache reads k = 2–16 tokens ~10% faster, one token at the same cost (docs/results/profile).
+:class:`StaticCacheHFModel` keeps the same weights and modules (nothing is copied or re-implemented but
+the residual wiring of a decoder layer and the attention call) and gives them a cache in the style of
+gpt-fast: one preallocated key and value tensor per layer, written at the slots a read fills; ``crop``
+only moves the length, ``keep_path`` copies the kept slots next to the committed chain. Slots are
+:class:`~.base.CacheTree` slots, tested logit for logit against :class:`HFModel`. Only Llama-form decoder
+layers are read this way (:func:`static_cache_unsupported` says why another is not, and
+:func:`wrap_hf_model` falls back to :class:`HFModel`); a model made batch-invariant keeps its cache and
+attention in float64. In full: docs/notes.md (`models/static.py`).
 """
 from __future__ import annotations
 

@@ -1,21 +1,15 @@
 """Speed-of-light bounds for deterministic (tree) drafting, Pankratov & Alistarh 2026 (NumPy only).
 
 All quantities are in nats. μ = E_ctx[H(target(·|ctx))] is the mean entropy of the target's
-next-token law and μ₂ = E_ctx[Σ_a target(a) ln² target(a)] = E[Y²] the second moment of the
-per-token surprisal Y = −ln target(x), x ~ target (Pankratov & Alistarh 2026, §3.1; that the
-paper's μ_(2) is this moment is our inference from the renewal argument). The bounds cap the
-expected number X of accepted draft tokens per iteration for a verifier capacity P; the bonus token
-is *not* counted (speed-up under the constant-time model is X + 1). Section numbers "§N" in this
-module are those of docs/paper-notes.md (Pankratov part).
-
-Units: every function takes ``units="nats"`` (default) or ``"bits"``. Bits are converted to nats
-(μ·ln 2, μ₂·ln² 2) before anything is evaluated, so every form — including the published one — is
-the same number whichever unit the moments arrive in. The published form (μ+μ₂)·ln P/μ² mixes
-log and log² units, so evaluating it *literally* in another base changes its value (§3.1, §6.3);
-we always evaluate it in nats. Likewise ln(μP) in the threshold/asymptotic forms needs μ in
-nats (the Malthusian parameter of the branching random walk is 1 only in natural units, §3.2).
-Inputs that contradict Jensen (μ₂ < μ²) — the usual symptom of mixing bits and nats or of
-passing Var(Y) instead of E[Y²] — raise :class:`SpecboundError`.
+next-token law and μ₂ = E_ctx[Σ_a target(a) ln² target(a)] = E[Y²] the second moment of the per-token
+surprisal Y = −ln target(x), x ~ target (§3.1; that the paper's μ_(2) is this moment is our inference).
+The bounds cap the expected number X of accepted draft tokens per iteration for a verifier capacity P;
+the bonus token is *not* counted (speed-up under the constant-time model is X + 1). "§N" are sections of
+docs/paper-notes.md (Pankratov part). Every function takes ``units="nats"`` (default) or ``"bits"``; bits
+are converted to nats before anything is evaluated, so every form — the published one, which mixes log
+and log² units, included — is the same number whichever unit the moments arrive in (§3.1, §6.3).
+Inputs that contradict Jensen (μ₂ < μ²) — the usual symptom of mixing bits and nats or of passing
+Var(Y) instead of E[Y²] — raise :class:`SpecboundError`. In full: docs/notes.md (`theory/bounds.py`).
 """
 from __future__ import annotations
 
@@ -212,24 +206,14 @@ def _threshold(mu, mu2, cap):
 def speed_of_light(mu, mu2, capacity, form: str = "renewal", units: str = "nats"):
     """Upper bound (or asymptotic value) of E[X] for capacity P: Pankratov & Alistarh 2026, §3.
 
-    Forms (μ, μ₂ in nats after conversion; X excludes the bonus token):
-
-    * ``"published"``: (μ + μ₂)·ln P / μ² — the paper's headline bound without its O(1) (§3.1).
-      It equals the renewal form loosened with μ ln P + μ₂ ≤ (μ + μ₂) ln P, which needs ln P ≥ 1,
-      so it is a bound only for P ≥ 3 (§3.3; that the paper made exactly this step is our
-      inference, §6.1). NOT a bound for P < 3: it is 0 at P = 1, below the optimum E*(1) = max p
-      (and below it for real P just above 1), and below the renewal bound at P = 2 (our numeric
-      search over i.i.d. targets found it still above E*(2), but nothing proves that).
-    * ``"renewal"`` (default): ln P/μ + μ₂/μ² — threshold t = ln P in the renewal/Wald/Lorden bound
-      E[X] ≤ t/μ + μ₂/μ² − 1 + P e^{−t} (§3.3). A rigorous bound for every P ≥ 1 under the i.i.d.
-      assumption, with no hidden constant.
-    * ``"threshold"``: the same bound minimised over t ≥ 0 in closed form. The minimiser is
-      t* = ln(μP), giving ln(μP)/μ + 1/μ + μ₂/μ² − 1, when μP ≥ 1; when μP < 1 (tiny μ or P) the
-      objective increases on t ≥ 0, so t is clamped at 0 and the bound is μ₂/μ² − 1 + P. Never
-      larger than ``"renewal"``.
-    * ``"asymptotic"``: ln(μP)/μ + μ₂/(2μ²) − 1, the key-renewal-theorem *approximation* of
-      E[X | T*(P)] as P → ∞ for non-lattice surprisals (§3.3). NOT a bound: it can sit above or
-      below the optimal value, and for lattice-like laws E* oscillates around it.
+    Forms (μ, μ₂ in nats after conversion; X excludes the bonus token): ``"published"``, (μ + μ₂)·ln P /
+    μ², the paper's headline bound without its O(1) (§3.1), a bound only for P ≥ 3 (§3.3, §6.1);
+    ``"renewal"`` (default), ln P/μ + μ₂/μ², the renewal/Wald/Lorden bound at threshold t = ln P (§3.3),
+    rigorous for every P ≥ 1 under the i.i.d. assumption; ``"threshold"``, that bound minimised over t ≥ 0
+    in closed form (t* = ln(μP) when μP ≥ 1, else t = 0: μ₂/μ² − 1 + P), never larger than ``"renewal"``;
+    ``"asymptotic"``, ln(μP)/μ + μ₂/(2μ²) − 1, the key-renewal approximation of E[X | T*(P)] as P → ∞ for
+    non-lattice surprisals (§3.3), NOT a bound. Why each holds where it does: docs/notes.md
+    (`theory/bounds.py`, ``speed_of_light``).
 
     ``capacity`` may be a scalar or array (result has its shape, broadcast with μ, μ₂); real
     values ≥ 1 are accepted for smooth curves. ``units="bits"`` converts μ·ln 2, μ₂·ln² 2 first.

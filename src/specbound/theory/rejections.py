@@ -425,9 +425,7 @@ def batch_expected_rejections(*, target: MarkovChain, draft: MarkovChain, horizo
     Design "A" (full prefix-tree DFS) is a DERIVED VARIANT, not the paper's Thm 3: its rejections
     keep falling toward 0 as M grows (when supp target ⊆ supp draft), which contradicts Prop. 1.
     Exact recursion over (state, number of surviving candidates); see ``_design_a_per_position``.
-    Cost O(T·S²·M²).
-
-    T = 0 gives 0 for both designs.
+    Cost O(T·S²·M²). T = 0 gives 0 for both designs.
     """
     return float(batch_rejections_per_position(target=target, draft=draft, horizon=horizon, drafts=drafts,
                                                design=design).sum())

@@ -4,9 +4,7 @@ Pankratov & Alistarh 2026, §1–§2 (model and optimal draft tree). One specula
 prefix-closed draft tree T of |T| ≤ P non-root nodes accepts X = max{k : x_1..x_k ∈ T} tokens, where
 x is sampled from the target; the verifier's bonus token is *not* counted in X (whether the paper
 counts it is open, docs/paper-notes.md, Pankratov §6.4; tokens emitted per iteration are X + 1).
-Section numbers "§N" cited below are those of docs/paper-notes.md (Pankratov part).
-
-Conventions:
+Section numbers "§N" cited below are those of docs/paper-notes.md (Pankratov part). Conventions:
 
 * A node is a path: a tuple of token ids (v_1, …, v_k), the root is the empty path ``()`` and is
   not counted in |T|.
@@ -262,21 +260,17 @@ def _best_first(
 ) -> PathTree:
     """The ``capacity`` nodes of smallest cumulative surprisal, popped best-first with lazy siblings.
 
-    ``ranked_children(path, k)`` returns lists (tokens, weights): at most k children of ``path``
-    with weight (conditional probability) > 0, sorted by weight descending. Heap keys are
-    (S, depth, counter) with S = −ln Π weights in nats, so ties go ancestors-first and deterministic.
-
-    Two kinds of heap entries (S, depth, counter, owner, rank):
-      * child entry, rank ≥ 0: the rank-th best child of node ``owner`` (−1 = root); popping it
-        adds the child, pushes its next sibling (lazy siblings) and the child's expand entry;
-      * expand entry, rank −1, key (S(node), depth+1): a lower bound for all of the node's
-        children. ``ranked_children`` is only called when it pops, so a node whose children
-        cannot enter the tree before the budget runs out is never expanded.
-    Each pop either adds a node or replaces an expand entry by ≤ 1 child entry, so there are
-    O(P) pushes/pops, i.e. O(P log P) heap work. Correctness: every node outside the heap's
-    frontier has a frontier ancestor-or-elder-sibling entry with key ≤ its own, so nodes leave the
-    heap in non-decreasing key order; the first P popped are the top-P set, which is prefix-closed
-    (Pankratov & Alistarh 2026, §2: children never beat parents, ties ancestors-first).
+    ``ranked_children(path, k)`` returns lists (tokens, weights): at most k children of ``path`` with
+    weight (conditional probability) > 0, sorted by weight descending. Heap keys are (S, depth, counter)
+    with S = −ln Π weights in nats, so ties go ancestors-first and deterministic. Heap entries are (S,
+    depth, counter, owner, rank): a child entry (rank ≥ 0: the rank-th best child of ``owner``, −1 = root)
+    adds the child when popped and pushes its next sibling (lazy siblings) and the child's expand entry; an
+    expand entry (rank −1, key (S(node), depth+1): a lower bound for all of the node's children) calls
+    ``ranked_children`` only when it pops, so a node whose children cannot enter the tree before the budget
+    runs out is never expanded. O(P) pushes/pops, O(P log P) heap work. Correctness: every node outside the
+    heap's frontier has a frontier ancestor-or-elder-sibling entry with key ≤ its own, so nodes leave the heap
+    in non-decreasing key order; the first P popped are the top-P set, which is prefix-closed (Pankratov &
+    Alistarh 2026, §2: children never beat parents, ties ancestors-first).
     """
     nodes: list[Path] = []
     probs_out: list[float] = []
@@ -330,15 +324,12 @@ def optimal_tree(next_probs: NextProbs, capacity: int) -> PathTree:
     Pankratov & Alistarh 2026, §2 ("optimal draft tree"): maximise Σ_{v∈T} p_target(v) over
     prefix-closed T with |T| ≤ P. Since p(va) ≤ p(v), the P prefixes of largest p_target(v) (ties
     broken ancestors-first) are prefix-closed and optimal, i.e. T* = {v : S(v) ≤ t*}: the first P
-    particles born in the branching random walk with positions S(v) = −ln p_target(v) (§3.2).
-
-    * Heap keys are (S(v), depth) in nats, so nothing underflows and ties go ancestors-first.
-    * O(P log P) heap operations; each expanded node's children are ranked by a descending sort,
-      a partial ``argpartition`` top-k when the remaining budget is much smaller than the vocabulary.
-    * ``next_probs`` is called once per expanded node (at most P + 1 calls, root included); nodes
-      whose children cannot enter the tree are never expanded.
-    * Zero-probability children are never added, so a zero-entropy target gives a single chain
-      of P nodes with value P.
+    particles born in the branching random walk with positions S(v) = −ln p_target(v) (§3.2). Heap keys
+    are (S(v), depth) in nats, so nothing underflows and ties go ancestors-first; O(P log P) heap
+    operations, each expanded node's children ranked by a descending sort (a partial ``argpartition`` top-k
+    when the remaining budget is much smaller than the vocabulary); ``next_probs`` is called once per
+    expanded node (at most P + 1 calls), and nodes whose children cannot enter the tree are never expanded.
+    Zero-probability children are never added (a zero-entropy target gives a chain of P nodes, value P).
 
     Returns a :class:`PathTree` whose ``nodes`` are in pop order (non-decreasing surprisal) and
     whose ``value`` = E[X | T*] (accepted tokens, bonus token not counted).
@@ -553,23 +544,18 @@ def _static_dp(acc: np.ndarray, capacity: int) -> PathTree:
 def static_tree_from_acceptance(acceptance, capacity: int, method: str = "auto") -> PathTree:
     """Best static tree shape for a positional acceptance vector (Sequoia-style), |T| ≤ P.
 
-    ``acceptance[i]`` is the probability that the rank-i child (rank 0 = the drafter's top choice)
-    of any node is the accepted one (so Σ acceptance ≤ 1). A node whose path uses ranks
-    (r_1, …, r_k) is reached with probability w(v) = Π_j acceptance[r_j], and a shape's expected
-    accepted length is Σ_v w(v) — the same tree-value identity as Pankratov & Alistarh 2026, §2,
-    with the target's law replaced by the rank-acceptance law. Shapes are trees whose nodes
-    have children of ranks 0..c−1 (a drafter proposes its top c tokens). Nodes are rank paths.
+    ``acceptance[i]`` is the probability that the rank-i child (rank 0 = the drafter's top choice) of any
+    node is the accepted one (so Σ acceptance ≤ 1). A node whose path uses ranks (r_1, …, r_k) is reached
+    with probability w(v) = Π_j acceptance[r_j], and a shape's expected accepted length is Σ_v w(v) — the
+    tree-value identity of Pankratov & Alistarh 2026, §2, with the target's law replaced by the
+    rank-acceptance law. Shapes are trees whose nodes have children of ranks 0..c−1; nodes are rank paths.
 
-    Methods:
-      * ``"best_first"`` (needs acceptance non-increasing): the top-P rank paths by w. Argument:
-        w(child) = w(parent)·acceptance[r] ≤ w(parent) and, for non-increasing acceptance,
-        w(rank-(r+1) sibling) ≤ w(rank-r sibling). With ties broken by (depth, earlier rank) the
-        top-P set is therefore closed under parents *and* elder siblings, i.e. it is a valid shape;
-        and it maximises Σ w over all P-subsets, hence over all shapes — so it equals the
-        DP optimum. Zero-weight nodes are not added (|T| may be < P).
-      * ``"dp"``: the exact Sequoia dynamic programme over shapes (any acceptance vector;
-        O(K·P²) work, vectorised over one axis); uses exactly P nodes.
-      * ``"auto"``: best-first when acceptance is non-increasing, DP otherwise.
+    Methods: ``"best_first"`` (needs acceptance non-increasing): the top-P rank paths by w; with ties broken
+    by (depth, earlier rank) that set is closed under parents *and* elder siblings (w(child) ≤ w(parent),
+    w(rank r+1 sibling) ≤ w(rank r)), so it is a valid shape, and it maximises Σ w over all P-subsets, hence
+    equals the DP optimum; zero-weight nodes are not added (|T| may be < P). ``"dp"``: the exact Sequoia
+    dynamic programme over shapes (any acceptance vector; O(K·P²) work, vectorised over one axis), exactly
+    P nodes. ``"auto"``: best-first when acceptance is non-increasing, DP otherwise.
     """
     acc = _check_acceptance(acceptance)
     capacity = _check_capacity(capacity)

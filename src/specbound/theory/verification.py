@@ -3,25 +3,15 @@
 number of accepted tokens per round on Markov chains under token-wise and block verification.
 
 Token-wise verification (Yin et al. 2024, Alg. 1) accepts drafted token i with probability
-b_i = min(1, target_i(x_i)/draft_i(x_i)) and stops at the first rejection. Block verification looks
-at the whole block X_1..X_γ before deciding how much of it to keep:
-
-* weights p_0 = 1, p_i = min(1, p_{i−1}·target_i(X_i)/draft_i(X_i));
-* stopping probabilities h_γ = p_γ and, for 0 < i < γ, h_i = S_i / (S_i + 1 − p_i) with
-  S_i = Σ_x [p_i·target_{i+1}(x) − draft_{i+1}(x)]_+  (h_0 = 1);
-* one uniform η_i per position; the kept prefix is τ = max{i : η_i ≤ h_i};
-* the next token comes from target_{γ+1} when τ = γ (the bonus token) and otherwise from the
-  residual [p_τ·target_{τ+1} − draft_{τ+1}]_+ normalised (the recovered token).
-
-The output law is the target's (tested exactly by enumeration and by χ² through the engine), and
-the expected kept length is never below token-wise verification's; for γ = 1 the two coincide.
-How this fits Yin et al.'s Thm 2 (token-wise rejection is optimal among rejection-based rules) is
-in docs/paper-notes.md, §Block verification: Thm 2's class decides token i from the tokens up to
-i only; block verification's decision at i depends on the later drafted tokens, so it lies outside
-that class, and its optimality (Sun et al., Thm 2) is over all valid verifiers of one drafted block.
-
-Here ``target``/``draft`` rows are the processed laws before each drafted token (``target`` has one
-more row: the law after the last one). All arrays are float64; natural logs nowhere needed.
+b_i = min(1, target_i(x_i)/draft_i(x_i)) and stops at the first rejection. Block verification weighs the
+whole block X_1..X_γ: p_0 = 1, p_i = min(1, p_{i−1}·target_i(X_i)/draft_i(X_i)); stopping probabilities
+h_γ = p_γ, h_i = S_i / (S_i + 1 − p_i) with S_i = Σ_x [p_i·target_{i+1}(x) − draft_{i+1}(x)]_+ (h_0 = 1);
+one uniform η_i per position, the kept prefix τ = max{i : η_i ≤ h_i}; the next token from target_{γ+1}
+when τ = γ (bonus), else from [p_τ·target_{τ+1} − draft_{τ+1}]_+ normalised (recovered). The output law
+is the target's and the expected kept length never below token-wise verification's (γ = 1: the same).
+Why it lies outside Yin et al.'s Thm 2 class: docs/paper-notes.md, §Block verification. ``target`` /
+``draft`` rows are the processed laws before each drafted token (``target`` has one more row: the law
+after the last one); all arrays float64. In full: docs/notes.md (`theory/verification.py`).
 """
 from __future__ import annotations
 

@@ -4,15 +4,11 @@ With perfect knowledge of the target, the best deterministic speculation strateg
 continuations of largest target path probability; verified by the deterministic-tree rule its mean
 accepted length is E[X | T*] (stored in :attr:`DraftTree.value`). :class:`TargetLaws` feeds
 :func:`specbound.theory.optimal_tree` with the target's processed laws, read through the target's
-cache in batches: a miss reads the requested node together with up to ``width − 1`` prefetched
-nodes (the unread children with the largest path probability — the order in which the best-first
-search expands), attached under their cached parents. Given the capacity P, a prefetch candidate is
-skipped when P known nodes already have a larger path probability (it cannot enter T*(P)); given a
-``guess`` (a path the target is likely to take, e.g. its own sampled continuation), the whole guessed
-chain is read in one call, so a deep, narrow tree costs one read instead of one per level.
-Prefetching never changes the laws, hence never the tree; it only saves target calls. The target's
-cache is restored to its committed prefix afterwards, so verification is untouched; the oracle's
-target reads count as draft calls.
+cache in batches: a miss reads the requested node with up to ``width − 1`` prefetched nodes (those the
+best-first search expands next, skipped when they cannot enter T*(P)), and a ``guess`` (a path the
+target is likely to take) is read in one call. Prefetching never changes the laws, hence never the
+tree; it only saves target calls. The target's cache is restored to its committed prefix afterwards,
+so verification is untouched; the oracle's target reads count as draft calls. In full: docs/notes.md.
 """
 from __future__ import annotations
 

@@ -4,15 +4,11 @@ At T > 0 three shapes compete: the chain (γ sized every round by its
 :class:`~specbound.decoding.policy.DraftBudget`, block-verified under ``verification="auto"``), M = 2
 i.i.d. drafts of length L (Yin et al. 2024, Alg. 4, batch design B) and a sampled tree of 2L nodes
 (branching 2, 2, 1; recursive rejection over siblings), where L is the chain's recent drafted length,
-so the three put comparable work in front of the target. A
-:class:`~specbound.decoding.policy.ShapeChoice` picks the shape with the highest predicted tokens
-per second from the shapes' own rounds: their exact expected accepted tokens given what they drafted
-and their measured wall time. At T = 0 only the chain runs (the arg-max chain is a deterministic
-tree; the dynamic tree is ``tree="auto"``).
-
-Each round is verified by the rule of its own shape (block or token-wise for the chain, recursive
-rejection for the others), and which shape drafts a round depends only on rounds already verified:
-the output law is the target's.
+so the three put comparable work in front of the target. A :class:`~specbound.decoding.policy.ShapeChoice`
+picks the shape with the highest predicted tokens per second from the shapes' own rounds (their exact
+expected accepted tokens given what they drafted, and their measured wall time). At T = 0 only the
+chain runs (the dynamic tree is ``tree="auto"``). Each round is verified by the rule of its own shape,
+and which shape drafts a round depends only on rounds already verified: the output law is the target's.
 """
 from __future__ import annotations
 

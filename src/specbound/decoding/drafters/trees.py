@@ -57,17 +57,15 @@ class DynamicTreeDrafter(_ModelTreeDrafter):
 
     At depth d the nodes of depth d that rank among the P best nodes known so far are read in ONE
     draft call (at most ``width`` of them; ``width=None`` reads all, which reproduces the exact
-    best-first top-P tree — a node outside the current top-P can never have a child inside the final
+    best-first top-P tree: a node outside the current top-P can never have a child inside the final
     one). The tree is a deterministic function of the draft's laws, so it is verified by the
-    deterministic-tree rule and the output law is the target's. Ranking uses the draft's processed
-    law; at temperature 0 (one-hot laws) the temperature-1 law with the same top-k/top-p, so the tree
-    keeps alternatives. ``max_children`` caps children per node.
-
-    With a :class:`~specbound.decoding.policy.DraftBudget` (``budget``) the size is chosen per round
-    (at most ``capacity``): nodes are ranked by their calibrated value (the predicted probability
-    that the target accepts the path), a level is expanded only where the expected gain pays for the
-    draft read and the larger target pass, and the tree sent is the top-n prefix maximising the
-    expected tokens per second.
+    deterministic-tree rule and the output law is the target's. Ranking uses the draft's processed law;
+    at temperature 0 the temperature-1 law with the same top-k/top-p, so the tree keeps alternatives.
+    ``max_children`` caps children per node. With a :class:`~specbound.decoding.policy.DraftBudget`
+    (``budget``) the size is chosen per round (at most ``capacity``): nodes are ranked by their calibrated
+    value (the predicted probability that the target accepts the path), a level is expanded only where the
+    expected gain pays for the draft read and the larger target pass, and the tree sent is the top-n
+    prefix maximising the expected tokens per second.
     """
 
     name = "dynamic"
