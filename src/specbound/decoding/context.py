@@ -89,3 +89,40 @@ class ContextIndex:
             agree = tuple(sum(1 for p in starts if p + j < len(seq) and seq[p + j] == t) for j, t in enumerate(out))
             return ContextProposal(out, n, agree, len(starts))
         return ContextProposal((), 0, (), 0)
+
+
+# ------------------------------------------------------------------ what a context-drafted token is worth
+MATCH_EDGES = (3, 4, 6, 9, 17)        # match lengths 2 | 3 | 4-5 | 6-8 | 9-16 | 17+
+DEPTH_EDGES = (2, 3, 5, 9, 17)        # depths 1 | 2 | 3-4 | 5-8 | 9-16 | 17+
+
+
+def _bucket(value: int, edges) -> int:
+    return sum(value >= e for e in edges)
+
+
+class ContextCalibration:
+    """P(the target takes a context-drafted token | its prefix was taken), by match length and depth:
+    a Beta(``prior_hits``, ``prior_misses``) prior per bucket updated with the target's probability of
+    every verified node (its exact acceptance probability: at T = 0 one or zero, at T > 0 the target's
+    law at the node, since a deterministic proposal is accepted with probability p_target)."""
+
+    def __init__(self, prior_hits: float = 1.0, prior_misses: float = 1.0):
+        shape = (len(MATCH_EDGES) + 1, len(DEPTH_EDGES) + 1)
+        self.hits = [[prior_hits] * shape[1] for _ in range(shape[0])]
+        self.seen = [[prior_hits + prior_misses] * shape[1] for _ in range(shape[0])]
+
+    def rate(self, match: int, depth: int) -> float:
+        m, d = _bucket(match, MATCH_EDGES), _bucket(depth, DEPTH_EDGES)
+        return self.hits[m][d] / self.seen[m][d]
+
+    def rates(self, match: int, n: int) -> list[float]:
+        return [self.rate(match, depth) for depth in range(1, n + 1)]
+
+    def learn(self, match: int, accept) -> None:
+        """``accept[j]``: the acceptance probability of the node at depth j + 1 given its proposed prefix."""
+        m = _bucket(match, MATCH_EDGES)
+        for depth, a in enumerate(accept, start=1):
+            if a == a:                                       # NaN: a node the target did not read
+                d = _bucket(depth, DEPTH_EDGES)
+                self.hits[m][d] += float(a)
+                self.seen[m][d] += 1.0

@@ -22,6 +22,7 @@ from .drafters import (
     BatchDrafter, ChainDrafter, Drafter, RoundFeedback, check_batch_gamma, check_design, check_drafts, check_gamma,
     check_tree_drafter, make_tree_drafter,
 )
+from .drafters.context import ContextDrafter
 from .drafters.shapes import ShapeDrafter, check_shape
 from .result import DecodeMetrics, DecodeResult, RoundRecord
 from .sampling import SamplingConfig, logits_to_probs
@@ -341,7 +342,10 @@ class DraftSpec:
         if self.tree is not None:
             return make_tree_drafter(self.tree_drafter, target, draft, sampling, self.tree)
         if draft is None:
-            raise SpecboundError("speculative decoding needs a draft model (or tree=P with tree_drafter='oracle')")
+            if self.shape == "auto" or check_drafts(self.drafts) > 1 or self.gamma not in (None, "auto"):
+                raise SpecboundError("without a draft model the drafter is the context (tokens found earlier in "
+                                     "the prompt and output), sized every round: give no gamma, drafts or shape")
+            return ContextDrafter(sampling)
         if self.shape == "auto":
             return ShapeDrafter(draft, sampling)
         if check_drafts(self.drafts) > 1:

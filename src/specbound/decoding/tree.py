@@ -19,8 +19,9 @@ candidates at a position are the children of every node whose path equals the ac
 What the drafter knows of each node travels with the tree, so the round's feedback carries it back
 to the drafter (no state kept between ``propose`` and ``observe``): ``scores`` (draft path
 probabilities, the dynamic tree's ranking), ``confidences`` (the draft's probability of each node's
-own token, which the sizing policy calibrates) and ``cache_nodes`` (the drafter's draft-cache id of
-each node, when it differs from the node index). The engine and :func:`verify` never read them.
+own token, which the sizing policy calibrates), ``cache_nodes`` (the drafter's draft-cache id of
+each node, when it differs from the node index) and ``from_context`` / ``context_match`` (nodes found
+in the context rather than drafted, and the length of the match they continue). The engine and :func:`verify` never read them.
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ class DraftTree:
     confidences: torch.Tensor | None = None   # [n] float64: the draft's probability of each node's token
     cache_nodes: list[int] | None = None      # [n]: the drafter's cache id of each node (None: id = index)
     shape: str | None = None                  # which shape drafted it (shape="auto": "chain", "drafts", "sampled")
+    from_context: torch.Tensor | None = None  # [n] bool: nodes found in the context (no draft read), not drafted
+    context_match: int = 0                    # the matched suffix length those nodes continue
     depths: torch.Tensor = field(init=False)  # [n] long, 1 = child of the root
 
     def __post_init__(self):
@@ -67,6 +70,10 @@ class DraftTree:
                 if len(values) != n:
                     raise SpecboundError(f"draft tree has {n} nodes but {len(values)} {name}")
                 setattr(self, name, values)
+        if self.from_context is not None:
+            self.from_context = torch.as_tensor(self.from_context, dtype=torch.bool).reshape(-1)
+            if len(self.from_context) != n:
+                raise SpecboundError(f"draft tree has {n} nodes but {len(self.from_context)} from_context flags")
         if self.cache_nodes is not None:
             self.cache_nodes = [int(i) for i in self.cache_nodes]
             if len(self.cache_nodes) != n:

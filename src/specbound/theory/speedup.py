@@ -16,6 +16,7 @@ from ..errors import SpecboundError
 
 __all__ = [
     "CostProfile",
+    "best_free_prefix",
     "accepted_run_lengths",
     "allocate_batch_nodes",
     "batch_throughput",
@@ -372,3 +373,18 @@ def allocate_batch_nodes(values, verify_cost: CostProfile, pending=None,
     for _, b, _ in ranked[:best_n]:
         counts[b] += 1
     return counts, float(best_rate)
+
+
+def best_free_prefix(rates, verify_seconds, fixed_seconds: float = 0.0) -> tuple[int, float]:
+    """The prefix j of a proposal that costs no draft reads (tokens found in the context), with per-depth
+    acceptance ``rates`` (each given its prefix), that maximises the expected tokens per second of its
+    round, (1 + Σ_{i≤j} Π_{l≤i} r_l) / (fixed + t(j + 1)), ``verify_seconds(k)``
+    the target's pass over k tokens; returns (j, that rate); j = 0 is a plain step."""
+    best, value, expected = (0, 1.0 / (fixed_seconds + float(verify_seconds(1)))), 1.0, 1.0
+    for j, r in enumerate(rates, start=1):
+        value *= r
+        expected += value
+        rate = expected / (fixed_seconds + float(verify_seconds(j + 1)))
+        if rate > best[1]:
+            best = (j, rate)
+    return best
