@@ -14,7 +14,9 @@ HELP = "speculative decoding on real models; streams text and prints metrics"
 
 def add_arguments(p) -> None:
     p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
-    p.add_argument("--draft", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B)")
+    p.add_argument("--draft", default=None,
+                   help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B), or 'none': draft "
+                        "only from the context (tokens found earlier in the prompt and output), no draft model")
     p.add_argument("--prompt", default=None, help="prompt text (default: a prompt from --prompt-set)")
     p.add_argument("--kind", default="code", choices=["code", "chat", "math"],
                    help="how to format --prompt: raw text (code) or chat template (chat, math)")
@@ -39,6 +41,9 @@ def add_arguments(p) -> None:
                    help="auto: every round drafts the shape predicted fastest from the run so far: a chain "
                         "(γ = auto), 2 drafts or a sampled tree (T > 0; at T = 0 the chain); fixed (default): "
                         "what --gamma / --tree / --drafts say")
+    p.add_argument("--context", default=None, choices=["auto", "off"],
+                   help="auto (the default with γ = auto): a round drafts the continuation found earlier in the "
+                        "context instead of reading the draft model where that is predicted faster; off: never")
     p.add_argument("--relaxation", default=None, metavar="NAME:EPS[:FORM]",
                    help="biased over-acceptance decoding, e.g. opt:0.1 or uno:0.1:ratio (Yin et al. §5; NOT lossless)")
     p.add_argument("--verification", default="auto", choices=["auto", "token", "block"],
@@ -58,6 +63,9 @@ def add_arguments(p) -> None:
                         "specbound[llamacpp]) or auto (llamacpp when installed, else torch; the default); "
                         "the target stays on torch")
     add_draft_quant(p)
+    p.add_argument("--draft-head", default="full", metavar="full|K",
+                   help="the llama.cpp draft's output layer: full (default), or only its K most frequent tokens "
+                        "(counted over Python's standard library; cheaper drafted tokens, the output unchanged)")
     add_compile(p)
     p.add_argument("--eager", action="store_true", help="keep eager linear layers (no oneDNN prepacking)")
     p.add_argument("--draft-fp32", action="store_true",
@@ -169,7 +177,15 @@ def draft_spec_from_args(args):
     gamma = _gamma(args.gamma)
     if args.gamma is None and args.tree is None:
         gamma = "auto" if (args.drafts or 1) == 1 else 4
-    return DraftSpec(gamma=gamma, tree=args.tree, tree_drafter=args.tree_drafter, drafts=args.drafts,
+    if args.draft == "none" and (args.tree is not None or args.drafts or args.shape == "auto" or gamma != "auto"):
+        raise SpecboundError("--draft none drafts from the context, sized every round: give no --gamma, --tree, "
+                             "--drafts or --shape auto")
+    context = getattr(args, "context", None)
+    if context is None:
+        single = args.tree is None and (args.drafts or 1) == 1 and args.shape != "auto"
+        context = "auto" if gamma == "auto" and single and args.relaxation is None else "off"
+    return DraftSpec(gamma=gamma, context=context, tree=args.tree,
+                     tree_drafter=args.tree_drafter, drafts=args.drafts,
                      design=args.design, relaxation=args.relaxation, verification=args.verification,
                      shape=args.shape)
 
@@ -177,6 +193,7 @@ def draft_spec_from_args(args):
 def run(args) -> int:
     from ..decoding import SamplingConfig
     from ..models.tokens import stop_token_ids
+    from ..models.trimmed import check_draft_head
     from ..options import resolve_compile, resolve_draft_engine
     from ..runtime import configure_threads
     from .arguments import choose_target
@@ -194,6 +211,10 @@ def run(args) -> int:
         raise SpecboundError("--shape auto decodes one prompt (a batch's requests share one chain length per "
                              "round): give one --index, or drop --shape auto")
     args.draft_engine = resolve_draft_engine(args.draft_engine)
+    check_draft_head(args.draft_head)
+    if args.draft_head != "full" and (args.draft_engine != "llamacpp" or args.draft == "none"):
+        raise SpecboundError("--draft-head trims a llama.cpp draft's output layer: it needs --draft-engine llamacpp "
+                             "and a draft model")
     if args.draft_engine == "llamacpp":
         from ..models.llamacpp import load_llama_cpp
 
@@ -201,16 +222,30 @@ def run(args) -> int:
     configure_threads(args.threads)
     deployment, measured = choose_target(args, console)
     args.compile = resolve_compile(args.compile, args.target_precision)
-    if deployment is not None and deployment.plain_llamacpp:
+    plain = deployment is not None and deployment.plain_llamacpp
+    if plain:
         target = measured.pop("llamacpp")
         measured.clear()                   # the measured torch target and draft are not needed
+        draft = None
+    elif args.draft == "none":             # the context drafts: the target alone
+        target = measured.pop(args.target_precision, None) or _load_target(args, console)
+        measured.clear()
         draft = None
     else:
         target, draft = _load_pair(args, measured, console)
     stops = () if args.ignore_eos else stop_token_ids(target)
     if len(prompts) > 1:
-        return _run_batch(args, target, draft, prompts, spec, stops, console)
-    return _run_one(args, target, draft, prompts[0], spec, stops, console)
+        return _run_batch(args, target, draft, prompts, spec, stops, console, plain)
+    return _run_one(args, target, draft, prompts[0], spec, stops, console, plain)
+
+
+def _load_target(args, console):
+    """The target alone (``--draft none``: the context drafts)."""
+    from ..models.loading import DEFAULT_TARGET, load_model
+
+    with console.status("loading the target (first use converts the packaged weights)…"):
+        return load_model(args.target or DEFAULT_TARGET, prepack=not args.eager, precision=args.target_precision,
+                          compiled=args.compile)
 
 
 def _load_pair(args, measured: dict, console):
@@ -218,7 +253,8 @@ def _load_pair(args, measured: dict, console):
     and the draft this run asks for), else loaded now."""
     from ..models.loading import check_same_tokenizer, load_pair
 
-    if args.target_precision in measured and "draft" in measured and args.draft_fp32 is False:
+    if args.target_precision in measured and "draft" in measured and args.draft_fp32 is False \
+            and args.draft_head == "full":
         target, draft = measured.pop(args.target_precision), measured.pop("draft")
         measured.clear()
         check_same_tokenizer(target, draft)
@@ -227,12 +263,12 @@ def _load_pair(args, measured: dict, console):
     with console.status("loading models (first use converts the packaged weights, a few minutes)…"):
         return load_pair(args.target, args.draft, prepack=not args.eager, draft_int8=not args.draft_fp32,
                          target_precision=args.target_precision, draft_engine=args.draft_engine,
-                         draft_quant=args.draft_quant, compiled=args.compile)
+                         draft_quant=args.draft_quant, compiled=args.compile, draft_head=args.draft_head)
 
 
-def _run_one(args, target, draft, prompt, spec, stops, console) -> int:
-    """One prompt, streamed: speculative decoding (``speculative_decode``), or plain decoding where the
-    target choice found that nothing speculative beats plain llama.cpp here (``draft`` None)."""
+def _run_one(args, target, draft, prompt, spec, stops, console, plain: bool) -> int:
+    """One prompt, streamed: speculative decoding (``speculative_decode``; ``draft`` None: from the context),
+    or plain decoding where the target choice found that nothing speculative beats plain llama.cpp here."""
     from ..assets.prompts import format_prompt
     from ..decoding import DecodeInterrupted, autoregressive_decode, speculative_decode
 
@@ -259,13 +295,13 @@ def _run_one(args, target, draft, prompt, spec, stops, console) -> int:
                     stop_token_ids=stops)
     status = 0
     try:
-        if draft is None:
+        if plain:
             result = autoregressive_decode(target, ids, args.max_new_tokens, callback=stream, **sampling)
         else:
             result = speculative_decode(target, draft, ids, args.max_new_tokens, gamma=spec.gamma, tree=spec.tree,
                                         tree_drafter=spec.tree_drafter, drafts=spec.drafts, design=spec.design,
                                         relaxation=spec.relaxation, verification=spec.verification,
-                                        shape=spec.shape, callback=stream, **sampling)
+                                        shape=spec.shape, context=spec.context, callback=stream, **sampling)
     except DecodeInterrupted as stop:
         result, status = stop.result, 130
         console.print("\n[bold]interrupted[/bold]: metrics of the tokens generated so far")
@@ -284,7 +320,7 @@ def _run_one(args, target, draft, prompt, spec, stops, console) -> int:
     return status
 
 
-def _run_batch(args, target, draft, prompts, spec, stops, console) -> int:
+def _run_batch(args, target, draft, prompts, spec, stops, console, plain: bool) -> int:
     """Several prompts decoded together (``speculative_decode_batch``): a progress bar per request while
     they run, then each request's text and one table (per request and for the batch)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -310,7 +346,7 @@ def _run_batch(args, target, draft, prompts, spec, stops, console) -> int:
         sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                         stop_token_ids=stops, callback=advance)
         try:
-            if draft is None:
+            if plain:
                 batch = autoregressive_decode_batch(target, ids, args.max_new_tokens, **sampling)
             else:
                 batch = speculative_decode_batch(

@@ -285,8 +285,15 @@ class DraftSpec:
     relaxation: object = None
     verification: str = "token"
     shape: str | None = None       # "auto": the drafted shape chosen every round (ShapeDrafter)
+    context: str = "off"           # "auto": a γ = auto chain's rounds may draft from the context instead
 
     def __post_init__(self):
+        if self.context not in ("auto", "off"):
+            raise SpecboundError(f"context must be 'auto' or 'off', got {self.context!r}")
+        if self.context == "auto" and (self.gamma != "auto" or self.tree is not None or (self.drafts or 1) > 1
+                                       or self.shape == "auto"):
+            raise SpecboundError("context='auto' needs gamma='auto' (one chain sized every round), "
+                                 "no tree, drafts or shape='auto'")
         n_drafts = check_drafts(self.drafts)
         object.__setattr__(self, "design", check_design(self.design))
         object.__setattr__(self, "shape", check_shape(self.shape))
@@ -350,7 +357,7 @@ class DraftSpec:
             return ShapeDrafter(draft, sampling)
         if check_drafts(self.drafts) > 1:
             return BatchDrafter(draft, sampling, self.drafts, self.gamma, self.design)
-        return ChainDrafter(draft, sampling, self.gamma)
+        return ChainDrafter(draft, sampling, self.gamma, context=self.context == "auto")
 
 
 def speculative_decode(target: LanguageModel, draft: LanguageModel | None, prompt, max_new_tokens: int, *,
@@ -358,7 +365,7 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
                        top_p: float | None = None, seed=None, tree: int | None = None,
                        tree_drafter: str = "dynamic", callback=None, drafts: int | None = None,
                        design: str = "B", relaxation=None, stop_token_ids=(),
-                       verification: str = "token", shape: str | None = None) -> DecodeResult:
+                       verification: str = "token", shape: str | None = None, context: str = "off") -> DecodeResult:
     """Lossless speculative decoding of ``target`` with ``draft`` (Leviathan et al.; Yin et al. 2024 Alg. 1).
 
     One loop (:class:`Speculator`) for every drafter, chosen by the keywords: ``gamma`` (chain length per
@@ -376,7 +383,7 @@ def speculative_decode(target: LanguageModel, draft: LanguageModel | None, promp
     """
     sampling = SamplingConfig(temperature, top_k, top_p)
     max_new_tokens = check_budget(max_new_tokens)
-    spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification, shape)
+    spec = DraftSpec(gamma, tree, tree_drafter, drafts, design, relaxation, verification, shape, context)
     engine = Speculator(target, spec.build(target, draft, sampling), sampling, spec.rule, stop_token_ids,
                         make_generator(seed))
     try:

@@ -93,7 +93,7 @@ class DraftTree:
 
     @classmethod
     def chain(cls, tokens, draft_probs: torch.Tensor | None = None, draft_calls: int = 0,
-              confidences=None) -> "DraftTree":
+              confidences=None, from_context=None, context_match: int = 0) -> "DraftTree":
         """A drafted chain (fan-out 1). ``draft_probs`` [k, V]: the law token j was sampled from
         (None for a deterministic chain, e.g. the arg-max chain at temperature 0)."""
         tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
@@ -104,7 +104,7 @@ class DraftTree:
                 raise SpecboundError(f"chain draft_probs must be [k, V] = [{k}, V], got {tuple(draft_probs.shape)}")
             probs = torch.cat([draft_probs, draft_probs.new_zeros(1, draft_probs.shape[1])])
         return cls(tokens, torch.arange(-1, k - 1), probs, sampled=draft_probs is not None, draft_calls=draft_calls,
-                   confidences=confidences)
+                   confidences=confidences, from_context=from_context, context_match=context_match)
 
     @classmethod
     def branches(cls, tokens: torch.Tensor, draft_probs: torch.Tensor, pool_equal_prefixes: bool = False,

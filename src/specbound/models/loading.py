@@ -243,7 +243,7 @@ def check_same_tokenizer(target_model, draft_model) -> None:
 
 def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = True,
               draft_int8: bool = False, target_precision: str = "fp32", draft_engine: str = "torch",
-              draft_quant: str = DEFAULT_DRAFT_QUANT, compiled: bool = False):
+              draft_quant: str = DEFAULT_DRAFT_QUANT, compiled: bool = False, draft_head=None):
     """Target and draft (defaults: the embedded Qwen2.5-Coder 1.5B / 0.5B pair), checked to share
     one vocabulary and tokenizer before any decoding starts. ``target_precision`` picks the target
     the user runs (fp32, prepacked; or int8 — lossless SD is with respect to that target);
@@ -251,20 +251,40 @@ def load_pair(target=None, draft=None, progress: bool = True, prepack: bool = Tr
     ``draft_engine="llamacpp"`` runs the draft's GGUF file on llama.cpp instead (mixed backends:
     the draft only proposes, so its engine never changes the output law); such a draft's weights are
     ``draft_quant`` ("q4_0": re-quantised once for llama.cpp's fastest CPU kernels; "file": as shipped).
-    ``compiled``: the target's reads through torch.compile (:func:`load_model`)."""
+    ``compiled``: the target's reads through torch.compile (:func:`load_model`); ``draft_head`` K: a
+    llama.cpp draft proposing from its K most frequent tokens (:mod:`specbound.models.trimmed`)."""
+    from .trimmed import check_draft_head
+
     check_precision(target_precision)
     check_draft_quant(draft_quant)
     draft_engine = resolve_draft_engine(draft_engine)
+    head = check_draft_head(draft_head)
+    if head is not None and draft_engine != "llamacpp":
+        raise SpecboundError("a trimmed draft head needs the draft on llama.cpp (draft_engine='llamacpp')")
     if draft_engine == "llamacpp":         # make the draft's file first (a first run re-quantises it: ~0.4 GB
         gguf_file(draft or DEFAULT_DRAFT, progress, draft_quant)     # of work buffers, not beside the target)
     target_model = load_model(target or DEFAULT_TARGET, progress, prepack=prepack, precision=target_precision,
                               compiled=compiled)
-    if draft_engine == "llamacpp":
+    if draft_engine == "llamacpp" and head is not None:
+        draft_model = _trimmed_draft(draft or DEFAULT_DRAFT, target_model, head, draft_quant, progress)
+    elif draft_engine == "llamacpp":
         draft_model = load_gguf_model(draft or DEFAULT_DRAFT, progress=progress, quant=draft_quant, role="draft")
     else:
         draft_model = load_model(draft or DEFAULT_DRAFT, progress, prepack=prepack, int8=draft_int8, invariant=False)
     check_same_tokenizer(target_model, draft_model)
     return target_model, draft_model
+
+
+def _trimmed_draft(draft, target_model, head: int, quant: str, progress: bool):
+    from .llamacpp import DRAFT_CONTEXT
+    from .trimmed import load_trimmed_draft
+
+    if target_model.tokenizer is None:
+        raise SpecboundError("a trimmed draft head counts tokens with the target's tokenizer; this target has none")
+    identity = f"{target_model.info.identity or target_model.name}|{len(target_model.tokenizer)}"
+    return load_trimmed_draft(gguf_file(draft, progress, quant), head=head, tokenizer=target_model.tokenizer,
+                              vocab_size=target_model.vocab_size, identity=identity, progress=progress,
+                              name=str(draft) if quant == "file" else f"{draft}@{quant}", **DRAFT_CONTEXT)
 
 
 def load_engine_pair(engine: str, target=None, draft=None, progress: bool = True, target_precision: str = "fp32",

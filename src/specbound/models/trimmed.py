@@ -28,7 +28,8 @@ from ..assets.cache import cache_root, changed_file_problems, mark_verified, rea
 from ..errors import SpecboundError
 from .base import LanguageModel, ModelInfo
 
-__all__ = ["TrimmedHeadModel", "kept_tokens", "token_frequencies", "trimmed_gguf"]
+__all__ = ["TrimmedHeadModel", "check_draft_head", "kept_tokens", "load_trimmed_draft", "token_frequencies",
+           "trimmed_gguf"]
 
 FREQUENCY_VERSION = 1
 #: the text counted: Python's standard library source (these packages and top-level modules, sorted, up to
@@ -215,3 +216,31 @@ class TrimmedHeadModel(LanguageModel):
     @property
     def supports_batches(self) -> bool:
         return self.inner.supports_batches
+
+
+def check_draft_head(head) -> int | None:
+    """``head``: None / "full" (the draft's whole output layer) or K ≥ 1 (its K most frequent tokens)."""
+    if head is None or head == "full":
+        return None
+    try:
+        k = int(head)
+    except (TypeError, ValueError):
+        raise SpecboundError(f"the draft head must be 'full' or a number of tokens K, got {head!r}") from None
+    if k < 1:
+        raise SpecboundError(f"the draft head must keep at least 1 token, got {k}")
+    return k
+
+
+def load_trimmed_draft(source, *, head: int, tokenizer, vocab_size: int, identity: str, name: str,
+                       progress: bool = True, **llamacpp_options) -> TrimmedHeadModel:
+    """The llama.cpp draft ``source`` (a GGUF file) proposing from the ``head`` tokens of ``tokenizer`` most
+    frequent over the shipped text (plus its special tokens), behind the full ``vocab_size`` logits."""
+    from .llamacpp import LlamaCppModel
+
+    counts = token_frequencies(tokenizer, identity=identity, progress=progress)
+    if head > len(counts):
+        raise SpecboundError(f"the draft head can keep at most the tokenizer's {len(counts)} tokens, got {head}")
+    kept = kept_tokens(counts, head, always=getattr(tokenizer, "all_special_ids", ()))
+    path = trimmed_gguf(source, kept, progress=progress)
+    inner = LlamaCppModel(path, name=f"{name}@top{head}", seed_tokenizer=False, **llamacpp_options)
+    return TrimmedHeadModel(inner, kept, vocab_size, name=f"{name} (head {head})", tokenizer=tokenizer)

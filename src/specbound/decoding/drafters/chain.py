@@ -22,6 +22,7 @@ from ..policy import BatchDraftLength, DraftBudget
 from ..sampling import SamplingConfig, check_logits, logits_to_probs, sample_from, token_probability
 from ..tree import DraftTree
 from .base import DraftCache, Drafter, RoundFeedback
+from .context import ContextSource
 
 __all__ = ["ChainDrafter", "check_gamma", "confidence_config"]
 
@@ -48,9 +49,10 @@ class ChainDrafter(Drafter):
     name = "chain"
 
     def __init__(self, model: LanguageModel, sampling: SamplingConfig, gamma=None, *,
-                 shared: BatchDraftLength | None = None):
+                 shared: BatchDraftLength | None = None, context: bool = False):
         """``shared``: the batch policy whose per-round length (or limit, with ``gamma="auto"``) this
-        request drafts under; by default ``gamma`` itself when it is one."""
+        request drafts under; by default ``gamma`` itself when it is one. ``context`` (with ``gamma="auto"``,
+        one request): a round may draft from the context instead (:meth:`_context_round`)."""
         super().__init__(sampling)
         if not isinstance(model, LanguageModel):
             raise SpecboundError(f"the chain drafter needs a draft LanguageModel, got {type(model).__name__}")
@@ -62,6 +64,7 @@ class ChainDrafter(Drafter):
         self.rounds = 0
         self.cache = DraftCache(model, chain_only=True)
         self.confidence = confidence_config(sampling)
+        self.context = ContextSource() if context and gamma == "auto" and shared is None else None
 
     def start(self, target, prompt):
         super().start(target, prompt)
@@ -83,6 +86,10 @@ class ChainDrafter(Drafter):
                     probe = limit = min(limit, self.budget.probe_size())
         elif self.budget is not None:
             limit = min(max_depth, self.budget.max_depth, self.budget.max_nodes)
+            if self.context is not None:
+                tree = self._context_round(committed, limit)
+                if tree is not None:
+                    return tree
             if not self.budget.start(pending=1):
                 return DraftTree.empty()
             if self.budget.exploring:
@@ -125,6 +132,26 @@ class ChainDrafter(Drafter):
         return DraftTree.chain(tokens, torch.stack(laws) if laws else None, draft_calls=self.cache.calls,
                                confidences=conf or None)
 
+    def _context_round(self, committed, limit: int) -> DraftTree | None:
+        """This round's context proposal (a deterministic chain: no draft read now; the draft model reads
+        what is accepted at its next round, priced in) when its predicted tokens per second beat the draft
+        model's chain — whose values the budget predicts from its running first-node value and
+        continuation — else None."""
+        b, costs = self.budget, self.budget.costs
+        catch_up = max(float(costs.draft(2)) - float(costs.draft(1)), 0.0)
+        tokens, match, rates, rate = self.context.plan(committed, limit, costs.target, fixed_seconds=catch_up)
+        if not tokens:
+            return None
+        model_rate, value, total = 1.0 / float(costs.target(1)), b.first_value, 0.0
+        for j in range(1, limit + 1):
+            total += value
+            model_rate = max(model_rate, b.throughput(total, float(costs.draft(1)) * j, 1 + j))
+            value *= b.continuation
+        if rate <= model_rate:
+            return None
+        return DraftTree.chain(list(tokens), confidences=rates, from_context=torch.ones(len(tokens), dtype=torch.bool),
+                               context_match=match)
+
     def _continue(self, values, conf, t0) -> bool:
         if self.budget is None:
             return True
@@ -136,6 +163,10 @@ class ChainDrafter(Drafter):
 
     def observe(self, feedback: RoundFeedback) -> None:
         tree = feedback.tree
+        if tree.from_context is not None:       # a context round: the draft model read nothing
+            self.budget.costs.observe_target(feedback.target_tokens, feedback.target_seconds)
+            self.context.learn(tree, feedback)
+            return
         if self.shared is not None and not len(tree) and self.shared.gamma_for_round(self.rounds) == 0:
             return          # a plain round of the batch: nothing drafted, nothing to learn (and no work under
                             # the interpreter every request shares)
@@ -167,4 +198,4 @@ class ChainDrafter(Drafter):
     def describe(self) -> str:
         g = "auto" if self.budget is not None or self.gamma == "auto" or self.shared is not None else \
             ("horizon" if self.gamma is None else self.gamma)
-        return f"chain(γ={g})"
+        return f"chain(γ={g}{', context' if self.context is not None else ''})"

@@ -73,9 +73,8 @@ class ContextDrafter(Drafter):
         tokens, match, rates, _ = self.source.plan(committed, max_depth, self.costs.target)
         if not tokens:
             return DraftTree.empty()
-        tree = DraftTree.chain(list(tokens), confidences=np.asarray(rates, dtype=np.float64))
-        tree.from_context, tree.context_match = torch.ones(len(tokens), dtype=torch.bool), match
-        return tree
+        return DraftTree.chain(list(tokens), confidences=np.asarray(rates, dtype=np.float64),
+                               from_context=torch.ones(len(tokens), dtype=torch.bool), context_match=match)
 
     def observe(self, feedback: RoundFeedback) -> None:
         self.costs.observe_target(feedback.target_tokens, feedback.target_seconds)
