@@ -58,6 +58,16 @@ def other_load(seconds: float = 0.2) -> float:
     return max(0.0, (busy1 - busy0 - own) / (total1 - total0) * cores)
 
 
+def sustained_load(samples: int = 3, seconds: float = 0.15) -> float:
+    """The least :func:`other_load` over ``samples`` back-to-back intervals: the load a neighbour keeps up,
+    not a process that happened to exit (or a pip step that just ended) during one short sample."""
+    return min(other_load(seconds) for _ in range(max(1, samples)))
+
+
+#: PASSIVE above this many cores kept busy by other processes in every sample
+SUSTAINED_LOAD = 0.5
+
+
 def omp_wait_policy(choice: str, load: float | None = None) -> str | None:
     """The ``OMP_WAIT_POLICY`` a command should start with: ``"PASSIVE"`` or None (libgomp's default:
     spin a while, then sleep).
@@ -65,15 +75,16 @@ def omp_wait_policy(choice: str, load: float | None = None) -> str | None:
     Measured (docs/results/contention, 2 cores): on a quiet machine the default makes plain decoding
     ~1.5× and speculative decoding ~1.45× faster than PASSIVE (llama.cpp ~1.6×: both OpenMP runtimes
     in the process read the variable); beside one busy neighbour it makes them 3–4× SLOWER than
-    PASSIVE. ``"auto"`` therefore looks at the machine first: PASSIVE when other processes keep
-    more than a quarter of a core busy, else the default."""
+    PASSIVE. ``"auto"`` therefore looks at the machine first: PASSIVE when other processes keep more
+    than half a core busy through three samples (:func:`sustained_load`; one 0.2 s sample flipped the
+    choice between runs on a quiet machine), else the default."""
     if choice not in OMP_WAIT_CHOICES:
         raise ValueError(choice)
     if choice == "passive":
         return "PASSIVE"
     if choice == "spin":
         return None
-    return "PASSIVE" if (other_load() if load is None else load) > 0.25 else None
+    return "PASSIVE" if (sustained_load() if load is None else load) > SUSTAINED_LOAD else None
 
 
 def configure_process() -> None:
