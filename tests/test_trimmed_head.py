@@ -88,3 +88,54 @@ def test_greedy_sd_with_a_trimmed_draft_is_the_targets_greedy(files, cache, kw):
         assert speculative_decode(target, draft, prompt, 24, temperature=0.0, seed=seed, **kw).tokens == plain
     sampled = speculative_decode(target, draft, [1, 5, 9], 16, temperature=1.0, seed=3, gamma=3)
     assert len(sampled.tokens) == 16
+
+
+class _CharIds:
+    """A stand-in tokenizer over the tiny vocabulary: one id per character (``ord % VOCAB``)."""
+
+    all_special_ids = [1]
+
+    def __len__(self):
+        return VOCAB
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) % VOCAB for c in text]}
+
+
+def test_load_trimmed_draft_keeps_the_most_frequent_tokens_and_the_special_ones(files, cache, monkeypatch):
+    from specbound.models import trimmed
+
+    monkeypatch.setattr(trimmed, "_shipped_text", lambda: ["aaaa bbb cc d " * 50])
+    draft = trimmed.load_trimmed_draft(files["draft"], head=6, tokenizer=_CharIds(), vocab_size=VOCAB,
+                                       identity="tiny", name="tiny-draft", progress=False, n_ctx=256, n_threads=1)
+    counted = {ord(c) % VOCAB for c in "abcd "}
+    assert counted | {1} <= set(draft.kept.tolist()) and draft.kept.numel() == 6
+    target = _model(files["target"])
+    for prompt in ([1, 5, 9], [1, 40, 41, 42]):
+        plain = autoregressive_decode(target, prompt, 20, temperature=0.0).tokens
+        assert speculative_decode(target, draft, prompt, 20, temperature=0.0, gamma="auto").tokens == plain
+
+
+@pytest.mark.parametrize("head, message", [("0", "at least 1"), ("many", "'full' or a number"), (-3, "at least 1")])
+def test_a_bad_draft_head_is_refused(head, message):
+    from specbound.models.trimmed import check_draft_head
+
+    with pytest.raises(SpecboundError, match=message):
+        check_draft_head(head)
+    assert check_draft_head("full") is None and check_draft_head("16384") == 16384
+
+
+def test_a_trimmed_head_needs_the_draft_on_llama_cpp(monkeypatch):
+    from specbound.models import loading
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("loaded a model before the check"))
+    with pytest.raises(SpecboundError, match="needs the draft on llama.cpp"):
+        loading.load_pair(draft_engine="torch", draft_head=1024)
+
+
+@pytest.mark.parametrize("extra", [["--draft-engine", "torch"], ["--draft", "none"]])
+def test_generate_refuses_a_draft_head_without_a_llama_cpp_draft(extra, no_model_loads, capsys):
+    from specbound.cli import main
+
+    assert main(["generate", "--prompt", "x", "--target-precision", "int8", "--draft-head", "4096"] + extra) == 2
+    assert "--draft-head trims a llama.cpp draft" in capsys.readouterr().err
