@@ -10,7 +10,7 @@
   command line), and ``advise`` never reaches the studies — at module or function level. ``seeds``,
   like ``errors``, is the bottom layer: it imports no other specbound module but ``errors``.
 * Layer order (``LAYERS``, bottom first, as in README's layout): errors/seeds/options/runtime <
-  theory, assets < models < decoding < measure < advise, export < experiments < cli. No module imports
+  theory, assets < models < decoding < measure < advise, export, serve < experiments < cli. No module imports
   (at module or function level) from a layer above its own; theory/ imports no torch.
 * At run time: every specbound module imports on its own in a fresh interpreter (each one with no
   other specbound module loaded), so no module depends on another having been imported first.
@@ -225,7 +225,7 @@ LAYERS = [
     {"models"},                                      # backends behind one protocol
     {"decoding"},                                    # one loop, one tree, one verify
     {"measure"},                                     # measurement primitives
-    {"advise", "export"},                            # the product command and its exports
+    {"advise", "export", "serve"},                   # the product command, its exports, the HTTP server
     {"experiments"},                                 # the studies
     {"cli"},                                         # parse, run, write
 ]

@@ -14,15 +14,15 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import SpecboundError
-from . import advise, analyze, assets, bench, generate, reproduce, theory
+from . import advise, analyze, assets, bench, generate, reproduce, serve, theory
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 DESCRIPTION = ("lossless speculative decoding, and the theory that says how fast it can be "
                "(Yin et al. 2024; Pankratov & Alistarh 2026)")
 #: The commands, in the order ``specbound --help`` lists them.
-COMMANDS = {"generate": generate, "bench": bench, "advise": advise, "analyze": analyze, "reproduce": reproduce,
-            "theory": theory, "assets": assets}
+COMMANDS = {"generate": generate, "serve": serve, "bench": bench, "advise": advise, "analyze": analyze,
+            "reproduce": reproduce, "theory": theory, "assets": assets}
 
 
 def build_parser() -> argparse.ArgumentParser:
