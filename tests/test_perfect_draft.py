@@ -1,11 +1,14 @@
 """The perfect-draft bound where users meet it: ``decoding.costs.perfect_draft_speedup`` on a pair's cost
-model (by hand), and the line ``specbound generate`` prints from the curves its run sized drafts with."""
+model (by hand, with drafted tokens priced by source), and the line ``specbound generate`` prints from the
+curves its run sized drafts with."""
 import json
 
+import numpy as np
 import pytest
 
 from helpers import CharTokenizer, tiny_pair
 from specbound.decoding.costs import CostMeasurement, CostModel, perfect_draft_speedup
+from specbound.errors import SpecboundError
 from specbound.models.static import StaticCacheHFModel
 from specbound.theory.speedup import CostProfile
 
@@ -55,3 +58,30 @@ def test_generate_reports_the_perfect_draft_of_a_sized_run(tiny_models, monkeypa
     captured = capsys.readouterr()
     text = captured.out + captured.err
     assert ("most a draft of this cost could give" in text) == shown
+
+
+def test_drafted_tokens_are_priced_by_their_source():
+    """Half the drafted tokens from the context: each chain costs half the draft reads. t(k) = 40 ms to
+    4 tokens, +40 ms per token, d(1) = 10 ms: γ = 3 gives 4·40 / (3·5 + 40) = 2.91× (all from the model:
+    160 / 70 = 2.29×); every token from the context: 160 / 40 = 4.00× at γ = 3 (t(5) = 80 ms past it)."""
+    from specbound.theory.speedup import priced_draft_seconds
+
+    np.testing.assert_allclose(priced_draft_seconds(0.010, 3, 0.5), [0.005, 0.010, 0.015])
+    costs = CostModel(CostMeasurement(CostProfile((1, 4, 5, 64), (0.040, 0.040, 0.080, 2.440)),
+                                      CostProfile((1, 64), (0.010, 0.640))))
+    assert perfect_draft_speedup(costs, context_share=0.0) == (3, pytest.approx(160 / 70))
+    assert perfect_draft_speedup(costs, context_share=0.5) == (3, pytest.approx(160 / 55))
+    assert perfect_draft_speedup(costs, context_share=1.0) == (3, pytest.approx(4.0))
+    with pytest.raises(SpecboundError, match="context_share"):
+        priced_draft_seconds(0.010, 3, 1.5)
+
+
+def test_metrics_count_the_tokens_drafted_from_the_context():
+    from helpers import chain_models
+    from specbound.decoding import speculative_decode
+
+    target, _ = chain_models(0, states=6)
+    out = speculative_decode(target, None, [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], 30, temperature=0.0)
+    m = out.metrics
+    assert m.context_drafted == sum(m.drafted_per_step) > 0 and m.context_share == 1.0
+    assert m.context_accepted == sum(m.accepted_per_step)

@@ -312,7 +312,7 @@ def _run_one(args, target, draft, prompt, spec, stops, console, plain: bool) -> 
         with console.status("plain target decoding for comparison…"):
             baseline = autoregressive_decode(target, ids, result.metrics.new_tokens, temperature=args.temperature,
                                              top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    report = _report(result, baseline, target, draft, prompt, _perfect_draft(result.costs))
+    report = _report(result, baseline, target, draft, prompt, _perfect_draft(result.costs, result.metrics, draft))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -412,27 +412,46 @@ def _print_batch_report(r: dict, console) -> None:
     console.print(line)
 
 
-def _perfect_draft(costs) -> dict | None:
+def _perfect_draft(costs, metrics, draft) -> dict | None:
     """The most this draft's cost allows (every drafted token accepted), from the cost model the run's
-    drafter sized its drafts with; None for drafters of fixed shape (no calibration) and plain decoding."""
+    drafter sized its drafts with, each drafted token priced by its source (the run's share found in the
+    context costs no draft read; with no draft model every one is); None for drafters of fixed shape
+    (no calibration) and plain decoding."""
     from ..decoding.costs import perfect_draft_speedup
 
     if costs is None:
         return None
-    gamma, speedup = perfect_draft_speedup(costs)
-    return {"gamma": gamma, "speedup": speedup}
+    share = 1.0 if draft is None else metrics.context_share
+    gamma, speedup = perfect_draft_speedup(costs, context_share=share)
+    return {"gamma": gamma, "speedup": speedup, "context_share": share}
 
 
-def _model_names(target, draft) -> dict:
-    """The pair and its kernels, as every report names them (no draft: plain decoding)."""
-    return {"target": target.name, "draft": draft.name if draft is not None else "none (plain decoding)",
+def _context_text(r: dict) -> str:
+    n, total = r.get("context_drafted", 0), sum(r["drafted_per_round"])
+    if not n:
+        return "none"
+    return (f"{n} of {total} drafted tokens ({n / max(total, 1):.0%}), {r['context_accepted']} accepted "
+            f"({r['context_accepted'] / n:.0%}); no draft read for them")
+
+
+def _share_text(p: dict) -> str:
+    share = p.get("context_share", 0.0)
+    if share >= 1.0:
+        return ", every token from the context at no draft cost"
+    return f", {share:.0%} of drafted tokens from the context at no draft cost" if share > 0 else ""
+
+
+def _model_names(target, draft, method: str = "") -> dict:
+    """The pair and its kernels, as every report names them (no draft: plain decoding, or the context's)."""
+    none = "none (drafts from the context)" if method == "context" else "none (plain decoding)"
+    return {"target": target.name, "draft": draft.name if draft is not None else none,
             "target_kernels": f"{target.info.backend}:{target.info.kernels}",
             "draft_kernels": f"{draft.info.backend}:{draft.info.kernels}" if draft is not None else "-"}
 
 
 def _report(result, baseline, target, draft, prompt, perfect_draft: dict | None = None) -> dict:
     m = result.metrics
-    out = {**_model_names(target, draft),
+    out = {**_model_names(target, draft, result.method),
            "method": result.method, "prompt_id": prompt.id,
            "sampling": result.sampling, "lossless": result.lossless, "interrupted": m.interrupted,
            "new_tokens": m.new_tokens, "tau": m.tau, "target_calls": m.target_calls, "rejections": m.rejections,
@@ -441,7 +460,8 @@ def _report(result, baseline, target, draft, prompt, perfect_draft: dict | None 
            "draft_time": m.draft_time, "target_time": m.target_time, "verify_time": m.verify_time,
            "prefill_time": m.prefill_time, "calibration_time": m.calibration_time, "total_time": m.total_time,
            "drafted_per_round": m.drafted_per_step, "depth_per_round": m.depth_per_step,
-           "expected_bias": m.expected_bias, "text_tokens": result.tokens}
+           "expected_bias": m.expected_bias, "context_drafted": m.context_drafted,
+           "context_accepted": m.context_accepted, "text_tokens": result.tokens}
     if perfect_draft is not None:
         out["perfect_draft"] = perfect_draft
     if baseline is not None:
@@ -472,6 +492,7 @@ def _print_report(r: dict, console) -> None:
         ("acceptance per draft depth", acc or "-"),
         ("drafted per round", f"mean {sum(drafted) / rounds:.2f} tokens, depth {sum(depth) / rounds:.2f}, "
                               f"plain steps {r['plain_steps']}"),
+        ("drafted from the context", _context_text(r)),
         ("tokens/s: decoding / end to end", f"{r['decode_tokens_per_second']:.2f} / {r['tokens_per_second']:.2f}"
                                             "  (end to end = prefill + decoding)"),
         ("time: prefill / draft / target / verify", f"{r['prefill_time']:.2f} / {r['draft_time']:.2f} / "
@@ -492,7 +513,7 @@ def _print_report(r: dict, console) -> None:
         p = r["perfect_draft"]
         rows.append(("most a draft of this cost could give",
                      f"{p['speedup']:.2f}× plain decoding (a draft never wrong: chain γ = {p['gamma']}, this "
-                     "run's t(k) and d(1))" if p["gamma"] else
+                     f"run's t(k) and d(1){_share_text(p)})" if p["gamma"] else
                      "nothing: even a draft that is never wrong would not beat plain decoding at this cost"))
     for k, v in rows:
         table.add_row(k, v)

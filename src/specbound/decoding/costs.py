@@ -28,7 +28,7 @@ import torch
 
 from ..assets.cache import atomic_write_json, cache_root
 from ..errors import SpecboundError
-from ..theory.speedup import CostProfile, perfect_draft_throughput, rows_pass_seconds
+from ..theory.speedup import CostProfile, perfect_draft_throughput, priced_draft_seconds, rows_pass_seconds
 
 __all__ = ["COST_KS", "CostModel", "CostMeasurement", "costs_file", "load_or_measure_costs", "measure_costs",
            "perfect_draft_speedup",
@@ -348,15 +348,17 @@ class CostModel:
             drop_cached_costs(key)
 
 
-def perfect_draft_speedup(costs: CostModel, max_gamma: int = 32) -> tuple[int, float]:
+def perfect_draft_speedup(costs: CostModel, max_gamma: int = 32, context_share: float = 0.0) -> tuple[int, float]:
     """The most chains drafted at this pair's cost could give one request, as a speed-up over plain
     decoding at t(1): every drafted token accepted, one draft read d(1) per depth (a round's first read
     re-reads the bonus token too, so real rounds cost at least this), one target pass t(γ + 1) —
     :func:`~specbound.theory.speedup.perfect_draft_throughput` at B = 1 on the run's own curves (the
-    calibration as corrected by the passes the run timed). No drafter of this draft's cost exceeds it;
-    returns (γ, speed-up), (0, 1.0) when not even a perfect draft pays."""
+    calibration as corrected by the passes the run timed). ``context_share``: the share of drafted tokens
+    found in the context, priced at no draft read (:func:`~specbound.theory.speedup.priced_draft_seconds`).
+    No drafter of this cost and mix exceeds it; returns (γ, speed-up), (0, 1.0) when not even a perfect
+    draft pays."""
     ks = costs.measurement.target.ks
     verify = CostProfile(tuple(ks), tuple(float(costs.target(k)) for k in ks))
     d1 = float(costs.draft(1))
-    gamma, rate = perfect_draft_throughput(1, [g * d1 for g in range(1, max_gamma + 1)], verify)
+    gamma, rate = perfect_draft_throughput(1, priced_draft_seconds(d1, max_gamma, context_share), verify)
     return gamma, rate * float(verify(1))

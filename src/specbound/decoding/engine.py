@@ -259,6 +259,9 @@ class Speculator:
         metrics.draft_time += t1 - t0
         metrics.target_time += t2 - t1
         metrics.verify_time += t3 - t2
+        if tree.from_context is not None and len(tree):
+            metrics.context_drafted += int(tree.from_context.sum())
+            metrics.context_accepted += min(verdict.accepted, int(tree.from_context.sum()))
         metrics.record_round(len(tree), tree.depth, verdict.accepted, len(verdict.accept_probs), verdict.rejected,
                              None if self.rule.lossless else verdict.bias)
         return verdict

@@ -18,6 +18,8 @@ class DecodeMetrics:
     position_accepted: list[int] = field(default_factory=list)   # per draft depth: times accepted
     position_reached: list[int] = field(default_factory=list)    # per draft depth: times tested
     plain_steps: int = 0           # rounds without a draft (one target call, one token)
+    context_drafted: int = 0       # drafted tokens found in the context (no draft read), of drafted_per_step
+    context_accepted: int = 0      # ... and of those, accepted
     prefill_time: float = 0.0      # reading the prompt (both models), calibration excluded
     calibration_time: float = 0.0  # first run of a pair only: measuring t(k), d(k); not in total_time
     draft_time: float = 0.0
@@ -37,6 +39,12 @@ class DecodeMetrics:
     def tau(self) -> float:
         """Tokens generated per target call (τ); 1.0 for autoregressive decoding."""
         return self.new_tokens / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def context_share(self) -> float:
+        """The share of drafted tokens that came from the context (cost no draft read)."""
+        drafted = sum(self.drafted_per_step)
+        return self.context_drafted / drafted if drafted else 0.0
 
     @property
     def mean_accepted(self) -> float:

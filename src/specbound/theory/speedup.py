@@ -8,6 +8,7 @@ Assumption 1 (free drafts, O(1) verification) is the special case draft_cost = 0
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ from ..errors import SpecboundError
 __all__ = [
     "CostProfile",
     "best_free_prefix",
+    "priced_draft_seconds",
     "accepted_run_lengths",
     "allocate_batch_nodes",
     "batch_throughput",
@@ -373,6 +375,18 @@ def allocate_batch_nodes(values, verify_cost: CostProfile, pending=None,
     for _, b, _ in ranked[:best_n]:
         counts[b] += 1
     return counts, float(best_rate)
+
+
+def priced_draft_seconds(draft_token_seconds: float, max_gamma: int, context_share: float = 0.0) -> np.ndarray:
+    """D(γ), γ = 1..``max_gamma``, of a chain whose drafted tokens are priced by where they come from: a
+    share ``context_share`` found in the context (no draft read, ≈ 0 s) and the rest read by the draft
+    model at ``draft_token_seconds`` each — D(γ) = γ (1 − share) d(1). What
+    :func:`perfect_draft_throughput` takes to bound a mixed drafter (context and model tokens)."""
+    if not 0.0 <= context_share <= 1.0:
+        raise SpecboundError(f"context_share must be in [0, 1], got {context_share}")
+    if max_gamma < 1 or not math.isfinite(draft_token_seconds) or draft_token_seconds < 0:
+        raise SpecboundError("max_gamma must be >= 1 and draft_token_seconds finite >= 0")
+    return np.arange(1, int(max_gamma) + 1, dtype=np.float64) * (1.0 - context_share) * float(draft_token_seconds)
 
 
 def best_free_prefix(rates, verify_seconds, fixed_seconds: float = 0.0) -> tuple[int, float]:
