@@ -128,3 +128,24 @@ def test_a_chain_round_is_priced_with_the_reads_the_engine_makes():
             assert whole > 0.5                 # the case the two-token read matters in
         measured = sum(r.draft_time for r in runs) / sum(r.target_calls for r in runs)
         assert m.chain[g].draft_seconds == pytest.approx(measured, rel=0.15), g
+
+
+def test_the_context_drafter_is_measured_and_reported(tmp_path):
+    """Prompts that repeat themselves: the context drafter finds something to draft, its acceptance and τ
+    are the engine's, its speed-up over plain decoding is filled in by the checks and reported."""
+    from specbound.advise import PAYS
+    from specbound.experiments.advise_report import advise_markdown
+
+    target, draft = chain_models(2, 5, concentration=0.3, noise=0.1, draft_seed=3)
+    target, draft = SleepyModel(target, lambda k: 4e-3 + 1e-5 * k), SleepyModel(draft, lambda k: 4e-4)
+    prompts = [[0, 1, 2, 3, 0, 1, 2, 3, 0, 1], [2, 3, 4, 2, 3, 4, 2]]
+    advice = advise(target, draft, prompts, CONFIG)
+    for m in advice.modes.values():
+        c = m.context
+        assert 0 < c.drafted_rounds <= 1 and 0 <= c.acceptance <= 1 and c.tau >= 1 and c.measured is None
+    measure_settings(target, draft, advice, prompts, 10)
+    for m in advice.modes.values():
+        assert m.context.measured > 0 and m.context.pays == (m.context.measured >= PAYS)
+    text = advise_markdown(advice, {})
+    assert text.count("Context drafts (no draft model") == len(advice.modes)
+    assert "plain decoding on the held-out prompts: it " in text

@@ -147,6 +147,7 @@ class ModeAdvice:
     block_positions: dict[int, float] = field(default_factory=dict)
     # T > 0: sampled trees and M-draft batches (recursive rejection), exact at the same positions
     shapes: list[Setting] = field(default_factory=list)
+    context: "ContextAdvice | None" = None         # the context drafter (no draft model) on the same prompts
 
     @property
     def best_block(self) -> Setting | None:
@@ -195,6 +196,37 @@ class Advice:
         ks = tuple(self.costs["ks"])
         return (CostProfile(ks, tuple(s / 1e3 for s in self.costs["target_ms"])),
                 CostProfile(ks, tuple(s / 1e3 for s in self.costs["draft_ms"])))
+
+
+@dataclass
+class ContextAdvice:
+    """The context drafter (``generate --draft none``) on the calibration prompts, run through the engine:
+    the share of rounds it found something to draft, the acceptance of its drafted tokens, τ; ``measured``
+    (after the checks): its speed-up over plain decoding on the held-out prompts. It pays where that is
+    at least :data:`PAYS`; mixed into the model draft's chain (``context="auto"``) it costs no draft read."""
+
+    drafted_rounds: float
+    acceptance: float
+    tau: float
+    measured: float | None = None
+
+    @property
+    def pays(self) -> bool | None:
+        return None if self.measured is None else self.measured >= PAYS
+
+
+def context_advice(target, prompts, tokens: int, sampling: SamplingConfig, seed: int) -> ContextAdvice:
+    """Decode the prompts with the context alone and pool what its rounds did."""
+    rounds = drafted_rounds = drafted = accepted = new = calls = 0
+    for k, ids in enumerate(prompts):
+        m = speculative_decode(target, None, ids, tokens, temperature=sampling.temperature, top_k=sampling.top_k,
+                               top_p=sampling.top_p, seed=derive_seed(seed, "advise context", k)).metrics
+        rounds += len(m.drafted_per_step)
+        drafted_rounds += sum(1 for d in m.drafted_per_step if d)
+        drafted, accepted = drafted + m.context_drafted, accepted + m.context_accepted
+        new, calls = new + m.new_tokens, calls + m.target_calls
+    return ContextAdvice(drafted_rounds=drafted_rounds / max(rounds, 1), acceptance=accepted / max(drafted, 1),
+                         tau=new / max(calls, 1))
 
 
 # ----------------------------------------------------------------------------------------------- measure
@@ -307,6 +339,7 @@ def advise(target, draft, prompt_ids: list[list[int]], config: AdviseConfig, pro
             tree[P] = Setting(kind="tree", size=P, expected_tokens=1.0 + value, draft_seconds=seconds,
                               verified_tokens=P + 1, predicted=float(round_speedup(value, seconds, verify_cost, P + 1)))
         advice = ModeAdvice(mode, alpha, chain, tree)
+        advice.context = context_advice(target, prompt_ids, config.tokens, sampling, config.seed)
         if not sampling.greedy:  # at greedy block verification is token-wise verification
             values = chain_verification_values(target, draft, contexts, GAMMAS, sampling,
                                                derive_seed(config.seed, "advise block", mode))
@@ -464,8 +497,10 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
             chosen.append(m.best_shape)
         picks = sorted({s.label: s for s in chosen}.values(), key=lambda s: (s.kind, s.size, s.gamma or 0))
         ratios: dict[str, list[float]] = {s.label: [] for s in picks}
+        context_ratios = []
         for k, ids in enumerate(prompt_ids):
             per_prompt: dict[str, list[float]] = {s.label: [] for s in picks}
+            per_context = []
             for stream in range(streams):
                 seed = derive_seed(advice.config.seed, "advise check", k, *((stream,) if stream else ()))
                 plain = autoregressive_decode(target, ids, tokens, temperature=sampling.temperature, seed=seed)
@@ -474,10 +509,17 @@ def measure_settings(target, draft, advice: Advice, prompt_ids: list[list[int]],
                     res = speculative_decode(target, draft, ids, tokens, temperature=sampling.temperature, seed=seed,
                                              **setting.decode_kwargs())
                     per_prompt[setting.label].append(res.metrics.decode_tokens_per_second / base)
+                if m.context is not None:
+                    res = speculative_decode(target, None, ids, tokens, temperature=sampling.temperature, seed=seed)
+                    per_context.append(res.metrics.decode_tokens_per_second / base)
             for label, values in per_prompt.items():
                 ratios[label].append(statistics.fmean(values))
+            if per_context:
+                context_ratios.append(statistics.fmean(per_context))
         for setting in picks:
             setting.measured = statistics.median(ratios[setting.label])
+        if m.context is not None and context_ratios:
+            m.context.measured = statistics.median(context_ratios)
 
 
 def measured_vs_predicted(advice: Advice) -> list[tuple[str, str, float, float, float]]:

@@ -84,6 +84,16 @@ def _perfect(b) -> str:
     return f"{fmt(b.perfect_draft, 1)} ({b.perfect_draft / b.plain:.2f}×, γ {b.perfect_draft_gamma})"
 
 
+def _context_line(c) -> str:
+    """What the context drafter (no draft model) did on the calibration prompts, and whether it paid."""
+    line = (f"Context drafts (no draft model, `--draft none`): something to draft in {c.drafted_rounds:.0%} of "
+            f"rounds, {c.acceptance:.0%} of drafted tokens accepted, τ = {c.tau:.2f}")
+    if c.measured is None:
+        return line + "."
+    verdict = "pays" if c.pays else "does not pay alone"
+    return line + f"; measured {c.measured:.2f}× plain decoding on the held-out prompts: it {verdict}."
+
+
 def _x(v) -> str:
     return "–" if v is None else f"{v:.2f}×"
 
@@ -115,6 +125,8 @@ def advise_markdown(advice: Advice, exports: dict[str, str], command: str = "") 
                    f"(< {PAYS}×). Decode plainly.**")
         sol = max(m.speed_of_light.items(), key=lambda kv: kv[1]) if m.speed_of_light else None
         lines += [verdict, ""]
+        if m.context is not None:
+            lines += [_context_line(m.context), ""]
         if sol:
             lines += [f"Speed of light with this cost curve (the target drafting its own optimal tree T*(P) for "
                       f"free): {sol[1]:.2f}× at P = {sol[0]}.", ""]
