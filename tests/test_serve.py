@@ -352,6 +352,80 @@ def test_a_full_queue_gets_429_and_clients_that_leave_are_dropped(modules):
         assert _post(url, "/v1/completions", json.dumps(GOOD).encode())[0] == 200   # still serving
 
 
+def test_a_client_that_leaves_a_whole_reply_is_dropped_within_a_round(modules):
+    service = _slow_service(modules)
+    with serving(service) as (url, _, _):
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)))
+        body = json.dumps({**GOOD, "max_tokens": 400, "temperature": 0}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        _wait(lambda: len(service.running) == 1)
+        time.sleep(0.2)                                          # a few rounds of text arrive meanwhile
+        sock.close()
+        left = time.monotonic()
+        _wait(lambda: not service.running, seconds=5)
+        assert time.monotonic() - left < 1.0                     # the poll period plus one round
+        assert _sample(service, "specbound_output_tokens_total") < 400
+        gc.collect()
+        assert len(service.live_rows) == 0
+
+
+SIGTERM_CHILD = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import torch
+torch.set_num_threads(1)
+from helpers import CharTokenizer, tiny_pair
+from specbound.decoding import DraftSpec
+from specbound.models.static import StaticCacheHFModel
+from specbound.serve import DecodeService, ServeSettings, build_app, run_server
+
+class Slow(StaticCacheHFModel):
+    def forward(self, tokens, keep_logits=None):
+        time.sleep(0.02)
+        return super().forward(tokens, keep_logits)
+
+m = tiny_pair(0, noise=0.3, draft_seed=1)
+service = DecodeService(target=Slow(m[0], CharTokenizer(), name="t"), draft=StaticCacheHFModel(m[1], CharTokenizer()),
+                        spec=DraftSpec(gamma=3), settings=ServeSettings(model_name="tiny", max_tokens_limit=400))
+run_server(build_app(service), port={port}, shutdown_grace=0.5, log_level="warning")
+print("exited cleanly", service.scheduler.live, len(service.running), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_real_server_process_cleanly():
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    port = _free_port()
+    code = SIGTERM_CHILD.format(tests=str(Path(__file__).parent), port=port)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def up():
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                return _get(url, "/health")[0] == 200
+            except OSError:
+                return False
+
+        _wait(up, seconds=60)
+        conn, stream = _open_stream(url)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        conn.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "exited cleanly 0 0" in out and "Traceback" not in err, err
+
+
 def test_a_shutdown_cancels_what_runs_and_exits(modules):
     service = _slow_service(modules)
     with serving(service, grace=0.3) as (url, server, thread):

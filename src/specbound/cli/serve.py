@@ -118,6 +118,7 @@ def run(args) -> int:
                             ignore_eos=args.ignore_eos)
     console.print(f"batching: {service.batching.mode} ({service.batching.reason}); model id {settings.model_name!r}; "
                   f"http://{args.host}:{args.port}/v1")
-    run_server(build_app(service), host=args.host, port=args.port, shutdown_grace=args.shutdown_grace,
-               log_level=args.log_level)
+    stopped_by = run_server(build_app(service), host=args.host, port=args.port, shutdown_grace=args.shutdown_grace,
+                            log_level=args.log_level)
+    console.print(f"stopped{f' by {stopped_by}' if stopped_by else ''}: every request finished or cancelled")
     return 0

@@ -106,14 +106,19 @@ async def _reply(service: DecodeService, request: Request, *, chat: bool):
 
 async def _whole(service, request: Request, job: Job, shape: ReplyShape, endpoint: str):
     parts = []
+    checked = time.monotonic()
     while True:
         try:
             kind, payload = await asyncio.wait_for(job.queue.get(), _POLL)
         except TimeoutError:
+            kind = None
+        if kind != "done" and (kind is None or time.monotonic() - checked >= _POLL):   # is the client still there?
+            checked = time.monotonic()
             if await request.is_disconnected():
                 job.cancel.set()               # dropped at its next round, its rows freed
                 service.metrics.requests.labels(endpoint=endpoint, outcome="cancelled").inc()
                 return Response(status_code=499)
+        if kind is None:
             continue
         if kind == "text":
             parts.append(payload)
@@ -161,12 +166,25 @@ async def _events(service, job: Job, shape: ReplyShape, endpoint: str):
 
 
 def run_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, shutdown_grace: float = 10.0,
-               log_level: str = "info") -> None:
-    """Serve ``app`` with uvicorn until SIGINT/SIGTERM (then up to ``shutdown_grace`` s for running replies)."""
+               log_level: str = "info") -> str | None:
+    """Serve ``app`` with uvicorn until SIGINT/SIGTERM (then up to ``shutdown_grace`` s for running replies);
+    returns the signal's name, or None. uvicorn raises the signal again once it has shut down; a handler of
+    ours takes it, so the process ends normally instead of being killed by it."""
+    import signal
+
     import uvicorn
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=shutdown_grace)
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda number, frame: caught.append(number))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     t0 = time.perf_counter()
-    uvicorn.Server(config).run()
-    log.info("stopped after %.0f s", time.perf_counter() - t0)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    name = signal.Signals(caught[0]).name if caught else None
+    log.info("stopped after %.0f s%s", time.perf_counter() - t0, f" ({name})" if name else "")
+    return name
