@@ -91,9 +91,10 @@ async def _reply(service: DecodeService, request: Request, *, chat: bool):
             raw = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise APIError("the request body is not valid JSON", code="invalid_json") from None
-        parsed = parse_body(raw, chat=chat, target=service.target, model_name=settings.model_name,
-                            default_max_tokens=settings.default_max_tokens, max_tokens_limit=settings.max_tokens_limit)
-        job = service.submit(Job(parsed, tokenizer=service.target.tokenizer, loop=asyncio.get_running_loop(),
+        parsed = parse_body(raw, chat=chat, target=service.target, tokenizer=service.tokenizer,
+                            model_name=settings.model_name, default_max_tokens=settings.default_max_tokens,
+                            max_tokens_limit=settings.max_tokens_limit)
+        job = service.submit(Job(parsed, tokenizer=service.tokenizer, loop=asyncio.get_running_loop(),
                                  queue=asyncio.Queue(), stop_token_ids=service.stop_ids))
     except APIError as exc:
         service.metrics.requests.labels(endpoint=endpoint, outcome="rejected").inc()

@@ -62,9 +62,10 @@ class DecodeRequest:
     include_usage: bool
 
 
-def parse_body(raw: object, *, chat: bool, target, model_name: str, default_max_tokens: int,
+def parse_body(raw: object, *, chat: bool, target, tokenizer, model_name: str, default_max_tokens: int,
                max_tokens_limit: int) -> DecodeRequest:
-    """The checked request of a JSON body, else an :class:`APIError` naming the bad field."""
+    """The checked request of a JSON body, else an :class:`APIError` naming the bad field (``tokenizer``:
+    the target's, shared with the decoding threads)."""
     if not isinstance(raw, dict):
         raise APIError("the request body must be a JSON object")
     try:
@@ -80,7 +81,7 @@ def parse_body(raw: object, *, chat: bool, target, model_name: str, default_max_
         raise APIError("n must be 1: one choice per request", param="n", code="invalid_value")
     budget = _budget(body, chat, default_max_tokens, max_tokens_limit)
     sampling = _sampling(body)
-    ids = _chat_ids(body, target) if chat else _prompt_ids(body, target)
+    ids = _chat_ids(body, tokenizer) if chat else _prompt_ids(body, tokenizer, target.vocab_size)
     try:
         check_context(target, len(ids), budget)
     except SpecboundError as exc:
@@ -118,27 +119,27 @@ def _stops(stop) -> tuple[str, ...]:
     return stops
 
 
-def _encode(target, text: str, param: str) -> list[int]:
+def _encode(tokenizer, text: str, param: str) -> list[int]:
     if not text:
         raise APIError(f"{param} is empty: give some text", param=param, code="invalid_value")
-    ids = target.tokenizer(text, return_tensors="pt").input_ids[0].tolist()
+    ids = tokenizer(text, return_tensors="pt").input_ids[0].tolist()
     if not ids:
         raise APIError(f"{param} tokenizes to nothing", param=param, code="invalid_value")
     return ids
 
 
-def _prompt_ids(body: CompletionBody, target) -> list[int]:
+def _prompt_ids(body: CompletionBody, tokenizer, vocab_size: int) -> list[int]:
     prompt = body.prompt
     if isinstance(prompt, str):
-        return _encode(target, prompt, "prompt")
+        return _encode(tokenizer, prompt, "prompt")
     if prompt and all(isinstance(p, str) for p in prompt):
         if len(prompt) != 1:
             raise APIError("give one prompt per request", param="prompt", code="invalid_value")
-        return _encode(target, prompt[0], "prompt")
+        return _encode(tokenizer, prompt[0], "prompt")
     if not prompt:
         raise APIError("prompt is empty", param="prompt", code="invalid_value")
-    if any(not 0 <= t < target.vocab_size for t in prompt):
-        raise APIError(f"prompt holds token ids outside [0, {target.vocab_size})", param="prompt",
+    if any(not 0 <= t < vocab_size for t in prompt):
+        raise APIError(f"prompt holds token ids outside [0, {vocab_size})", param="prompt",
                        code="invalid_value")
     return list(prompt)
 
@@ -153,7 +154,7 @@ def _text(message: _Message, i: int) -> str:
     return content or ""
 
 
-def _chat_ids(body: ChatBody, target) -> list[int]:
+def _chat_ids(body: ChatBody, tokenizer) -> list[int]:
     """The conversation through the chat template ``generate --kind chat`` uses (format_prompt)."""
     messages = body.messages
     if not messages or messages[-1].role != "user":
@@ -162,4 +163,4 @@ def _chat_ids(body: ChatBody, target) -> list[int]:
     prompt = Prompt(id="request", text=_text(messages[-1], len(messages) - 1), kind="chat", history=history)
     if not prompt.text:
         raise APIError("the last user message is empty", param="messages", code="invalid_value")
-    return _encode(target, format_prompt(target.tokenizer, prompt), "messages")
+    return _encode(tokenizer, format_prompt(tokenizer, prompt), "messages")

@@ -27,6 +27,7 @@ from .job import Job
 from .metrics import ServeMetrics
 from .policy import choose_batching
 from .scheduler import ServingScheduler
+from .text import SharedTokenizer
 
 __all__ = ["DecodeService", "ServeSettings"]
 
@@ -67,6 +68,7 @@ class DecodeService:
         self.batching = choose_batching(target, self.draft, mode=settings.batching, measurement=measurement)
         self.max_batch = settings.max_batch if self.batching.batched else 1
         self.stop_ids = () if ignore_eos else tuple(stop_token_ids(target))
+        self.tokenizer = SharedTokenizer(target.tokenizer)
         self.metrics = ServeMetrics(batching_mode=self.batching.mode)
         self.scheduler = ServingScheduler(on_pass=self.metrics.observe_pass)
         self.threads = torch.get_num_threads()

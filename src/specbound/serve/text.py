@@ -2,7 +2,32 @@
 longer be the start of a stop string or half of a multi-byte character."""
 from __future__ import annotations
 
-__all__ = ["TextStream"]
+import threading
+
+__all__ = ["SharedTokenizer", "TextStream"]
+
+
+class SharedTokenizer:
+    """A tokenizer used by several threads at once (the event loop encodes prompts, each request's thread
+    decodes its text): every call holds one lock, since a fast tokenizer's Rust state refuses concurrent
+    use ("Already borrowed")."""
+
+    def __init__(self, tokenizer):
+        self.inner = tokenizer
+        self.lock = threading.Lock()
+        self.chat_template = getattr(tokenizer, "chat_template", None)
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            return self.inner(*args, **kwargs)
+
+    def decode(self, *args, **kwargs):
+        with self.lock:
+            return self.inner.decode(*args, **kwargs)
+
+    def apply_chat_template(self, *args, **kwargs):
+        with self.lock:
+            return self.inner.apply_chat_template(*args, **kwargs)
 
 
 class TextStream:
