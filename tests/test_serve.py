@@ -534,3 +534,41 @@ def test_the_serve_command_loads_the_models_once_and_runs_the_server(modules, mo
     assert "serving tiny-target" in err and "tiny-draft" in err and "batching: continuous" in err
     assert main(["serve", "--max-queue", "0"]) == 2
     assert "specbound: error: --max-queue must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.llamacpp
+def test_llama_cpp_rows_come_from_one_pool_and_share_their_passes(tmp_path):
+    """llama.cpp rows share a pass only when made together (one context): the server makes max_batch of
+    them at start and lends them to requests; concurrent greedy answers still equal speculative_decode."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("llama_cpp")
+    from gguf_tiny import write_tiny_llama_gguf
+    from specbound.models.llamacpp import LlamaCppModel
+
+    paths = (write_tiny_llama_gguf(tmp_path / "t.gguf", seed=0),
+             write_tiny_llama_gguf(tmp_path / "d.gguf", seed=0, noise=0.1, noise_seed=7))
+
+    def pair(tag):
+        return tuple(LlamaCppModel(p, n_ctx=512, n_threads=1, name=f"{tag}-{i}", identity=None)
+                     for i, p in enumerate(paths))
+
+    target, draft = pair("served")
+    service = _service(target, draft, max_batch=4)
+    assert {len(pool) for pool in service._pools.values()} == {4}
+    ref_target, ref_draft = pair("reference")
+    texts = ["the cat", "a dog ran", "hello world", "it is"]
+    expected = []
+    for text in texts:
+        ids = ref_target.tokenizer(text, return_tensors="pt").input_ids[0].tolist()
+        out = speculative_decode(ref_target, ref_draft, ids, 16, gamma=GAMMA, temperature=0,
+                                 stop_token_ids=service.stop_ids)
+        expected.append(ref_target.tokenizer.decode(out.tokens, skip_special_tokens=True))
+    with serving(service) as (url, _, _):
+        c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        for _ in range(2):                                       # rows lent, returned and lent again
+            with ThreadPoolExecutor(4) as pool:
+                got = list(pool.map(lambda t: _ask(c, t, 16, temperature=0, stream=True)[0], texts))
+            assert got == expected
+        _wait(lambda: not service.running)
+        assert {len(pool) for pool in service._pools.values()} == {4}
+        assert _sample(service, "specbound_rounds_total", (("mode", "batched"),)) > 0

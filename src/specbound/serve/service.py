@@ -21,6 +21,7 @@ import torch
 from ..decoding import DecodeInterrupted, DraftSpec, PlainDrafter, Speculator, make_generator
 from ..decoding.costs import load_or_measure_costs
 from ..errors import SpecboundError
+from ..models.base import LanguageModel
 from ..models.tokens import stop_token_ids
 from .api_errors import APIError
 from .job import Job
@@ -78,6 +79,8 @@ class DecodeService:
         self.live_jobs: weakref.WeakSet = weakref.WeakSet()     # every Job not yet collected
         self.live_rows: weakref.WeakSet = weakref.WeakSet()     # every forked row not yet collected
         self.running: set[Job] = set()
+        self._pools = {id(m): self._pool(m, p) for m, p in ((target, _TARGET_PRIORITY), (self.draft, _DRAFT_PRIORITY))
+                       if m is not None and _pooled(m)}
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -131,25 +134,51 @@ class DecodeService:
             self.metrics.queue_depth.set(len(self._pending))
             self.metrics.running.set(len(self.running))
 
+    def _pool(self, model, priority: int) -> list:
+        """max_batch rows made together (llama.cpp: one context, so their reads share passes), reused."""
+        rows = model.fork_rows(self.max_batch)
+        for row in rows:
+            self._schedule(row, priority)
+        return rows
+
+    def _schedule(self, row, priority: int):
+        if hasattr(row, "scheduler"):                  # rows whose reads can share one pass
+            row.scheduler, row.batch_priority = self.scheduler, priority
+        return row
+
     def _row(self, model, priority: int):
         if not model.supports_batches:
             return model                               # one request at a time (max_batch 1) on the model itself
-        row = model.fork()
-        if hasattr(row, "scheduler"):
-            row.scheduler, row.batch_priority = self.scheduler, priority
+        pool = self._pools.get(id(model))
+        if pool is not None:
+            with self._lock:
+                return pool.pop()                      # never empty: at most max_batch requests run
+        row = self._schedule(model.fork(), priority)
         self.live_rows.add(row)
         return row
+
+    def _release(self, model, row) -> None:
+        """(The request's thread, before it leaves: no pass runs meanwhile.) Free or return ``row``."""
+        if row is None or row is model:
+            return
+        pool = self._pools.get(id(model))
+        if pool is None:
+            getattr(row, "close", lambda: None)()
+            return
+        row.reset()
+        with self._lock:
+            pool.append(row)
 
     def _work(self, job: Job) -> None:
         """(A request's thread.) Decode ``job`` on rows of its own, then free them and leave."""
         rows, result, cancelled = [], None, False
         try:
             target_row = self._row(self.target, _TARGET_PRIORITY)
-            rows.append(target_row)
+            rows.append((self.target, target_row))
             scheduled = getattr(target_row, "scheduler", None) is not None
             torch.set_num_threads(1 if scheduled else self.threads)
             draft_row = self._row(self.draft, _DRAFT_PRIORITY) if self.draft is not None else None
-            rows.append(draft_row)
+            rows.append((self.draft, draft_row))
             request = job.request
             drafter = (PlainDrafter(request.sampling) if self.plain else
                        self.spec.build(target_row, draft_row, request.sampling)).join_batch(self.costs)
@@ -165,9 +194,8 @@ class DecodeService:
             log.exception("request failed")
             job.fail(exc)
         finally:
-            for row in rows:
-                if row is not None and row is not self.target and row is not self.draft:
-                    getattr(row, "close", lambda: None)()
+            for model, row in rows:
+                self._release(model, row)
             with self._lock:
                 self.running.discard(job)
                 self.metrics.running.set(len(self.running))
@@ -186,3 +214,8 @@ class DecodeService:
     @property
     def queue_depth(self) -> int:
         return len(self._pending)
+
+
+def _pooled(model) -> bool:
+    """Rows that share passes only when made together (llama.cpp's contexts): a pool made at start."""
+    return model.supports_batches and type(model).fork_rows is not LanguageModel.fork_rows
