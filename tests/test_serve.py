@@ -121,13 +121,13 @@ def reference(modules):
     return decode
 
 
-def _ask(client, text, n, *, chat=False, stream=False, **kw):
+def _ask(client, text, n, *, chat=False, stream=False, model=NAME, **kw):
     """(text, finish_reason, usage or None) of one request through the openai client."""
     if chat:
-        call = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": text}], max_tokens=n,
+        call = client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}], max_tokens=n,
                                               stream=stream, **kw)
     else:
-        call = client.completions.create(model=NAME, prompt=text, max_tokens=n, stream=stream, **kw)
+        call = client.completions.create(model=model, prompt=text, max_tokens=n, stream=stream, **kw)
     if not stream:
         choice = call.choices[0]
         return (choice.message.content if chat else choice.text), choice.finish_reason, call.usage
@@ -572,3 +572,41 @@ def test_llama_cpp_rows_come_from_one_pool_and_share_their_passes(tmp_path):
         _wait(lambda: not service.running)
         assert {len(pool) for pool in service._pools.values()} == {4}
         assert _sample(service, "specbound_rounds_total", (("mode", "batched"),)) > 0
+
+
+class TemplateTokenizer(CharTokenizer):
+    """CharTokenizer with a chat template of its own, to check that chat requests get generate's."""
+
+    chat_template = "tiny"
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=False):
+        text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
+        return text + ("<assistant>" if add_generation_prompt else "")
+
+
+@pytest.mark.parametrize("kind", ["code", "chat"])
+def test_greedy_answers_equal_specbound_generate_on_the_same_prompt(modules, monkeypatch, capsys, kind):
+    """The command line end to end: `specbound serve` and `specbound generate` with the same model options;
+    a greedy completion (code) or chat answer equals generate's tokens for that prompt (--kind)."""
+    import specbound.serve as serve_package
+    from specbound.cli import main
+    from specbound.models import loading
+
+    def tiny(*a, **k):
+        return (StaticCacheHFModel(modules[0], TemplateTokenizer(), name="tiny-target"),
+                StaticCacheHFModel(modules[1], TemplateTokenizer(), name="tiny-draft"))
+
+    monkeypatch.setattr(loading, "load_pair", tiny)
+    options = ["--target-precision", "int8", "--gamma", "3", "--threads", "1"]
+    prompt = "def mul(a, b):"
+    assert main(["generate", "--prompt", prompt, "--kind", kind, "--max-new-tokens", "18", "--json", *options]) == 0
+    report = json.loads(capsys.readouterr().out)
+    served = []
+    monkeypatch.setattr(serve_package, "run_server", lambda app, **kw: served.append(app))
+    assert main(["serve", *options]) == 0
+    service = served[0].state.service
+    with serving(service) as (url, _, _):
+        c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        text, _, usage = _ask(c, prompt, 18, chat=kind == "chat", temperature=0, model="tiny-target")
+    assert text == TemplateTokenizer().decode(report["text_tokens"])
+    assert usage.completion_tokens == report["new_tokens"]
