@@ -194,6 +194,10 @@ def test_greedy_answers_with_auto_gamma_equal_speculative_decode(modules, refere
     with serving(service) as (url, _, _):
         c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         assert _ask(c, "def f(x):", 24, temperature=0)[0] == reference("def f(x):", 24, gamma="auto")[0]
+        prompts = [f"def f{i}(x):" for i in range(4)]               # sized against the shared pass: same tokens
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda p: _ask(c, p, 24, temperature=0, stream=True)[0], prompts))
+        assert got == [reference(p, 24, gamma="auto")[0] for p in prompts]
 
 
 # ------------------------------------------------------------------ the other endpoints

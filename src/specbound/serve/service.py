@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..decoding import DecodeInterrupted, DraftSpec, PlainDrafter, Speculator, make_generator
+from ..decoding.batch import batch_cost_prior, rows_shared
 from ..decoding.costs import load_or_measure_costs
 from ..errors import SpecboundError
 from ..models.base import LanguageModel
@@ -181,7 +182,7 @@ class DecodeService:
             rows.append((self.draft, draft_row))
             request = job.request
             drafter = (PlainDrafter(request.sampling) if self.plain else
-                       self.spec.build(target_row, draft_row, request.sampling)).join_batch(self.costs)
+                       self.spec.build(target_row, draft_row, request.sampling)).join_batch(self._prior())
             engine = Speculator(target_row, drafter, request.sampling, self.spec.rule, self.stop_ids,
                                 make_generator(request.seed), stop=job.cancel)
             try:
@@ -200,6 +201,16 @@ class DecodeService:
                 self.running.discard(job)
                 self.metrics.running.set(len(self.running))
             self.scheduler.leave()
+
+    def _prior(self):
+        """The costs a starting request sizes its drafts with: the shared pass of the requests running as
+        it starts (:func:`~specbound.decoding.batch.batch_cost_prior`, as batched decoding's per-request
+        sizing), the pair's own costs when it runs alone."""
+        with self._lock:
+            running = len(self.running)
+        if self.costs is None or running <= 1:
+            return self.costs
+        return batch_cost_prior(self.costs, running, rows_shared(self.target, self.draft))
 
     def _account(self, job: Job, result, done: dict, scheduled: bool) -> None:
         m = result.metrics
