@@ -369,7 +369,7 @@ def test_a_client_that_leaves_a_whole_reply_is_dropped_within_a_round(modules):
         sock.close()
         left = time.monotonic()
         _wait(lambda: not service.running, seconds=5)
-        assert time.monotonic() - left < 1.0                     # the poll period plus one round
+        assert time.monotonic() - left < 2.0                     # the poll period plus a round (0.1 s here)
         assert _sample(service, "specbound_output_tokens_total") < 400
         gc.collect()
         assert len(service.live_rows) == 0
@@ -512,7 +512,7 @@ def test_many_clients_lose_and_garble_nothing_and_state_is_released(client, serv
 def test_text_stream_holds_back_what_may_start_a_stop_string():
     tok = CharTokenizer()                                       # id i decodes to chr(97 + i % 26)
     stream = TextStream(tok, stops=("cd",))
-    assert stream.feed([0, 1]) == "a"                          # "b" may start "cd"? no, but one char is held
+    assert stream.feed([0, 1]) == "a"                          # the last len("cd") - 1 characters are held
     assert stream.feed([2]) == "b"                             # "c" may start "cd"
     assert stream.feed([3, 4]) == "" and stream.stopped        # "cd": the answer ends before it
     plain = TextStream(tok)
