@@ -1,27 +1,16 @@
 """THE draft-tree type: one round's proposal as flat arrays (Sequoia's lesson: a tree is arrays).
 
-Node i has token ``tokens[i]`` and parent ``parents[i]`` (−1 = the root, i.e. the last committed
-token); parents precede children, so nodes can be read into a model level by level or all at once.
-Every proposal is an instance:
+Node i has token ``tokens[i]`` and parent ``parents[i]`` (−1 = the root, the last committed token);
+parents precede children. A chain is a tree of fan-out 1, M batch drafts (Yin et al. 2024, Alg. 4) are
+M root branches, a draft tree of capacity P (Pankratov & Alistarh 2026) has at most P nodes, a plain
+step is the empty tree. ``draft_probs`` [n+1, V]: for sampled trees, the draft law each node's children
+were drawn from (row 0: the root's); sampled trees are verified by recursive rejection over siblings,
+deterministic ones by the target walk of :func:`~specbound.decoding.verify.verify`;
+``pool_equal_prefixes`` marks batch design A.
 
-* a chain of γ drafted tokens is a tree of fan-out 1 (:meth:`DraftTree.chain`);
-* M batch drafts (Yin et al. 2024, Alg. 4) are M root branches (:meth:`DraftTree.branches`);
-* a draft tree of capacity P (Pankratov & Alistarh 2026, §1) is a tree of at most P nodes;
-* a plain decoding step is the empty tree (the target's law at the root gives the token).
-
-``draft_probs`` [n+1, V] holds, for sampled trees, the processed draft law each node's children
-were drawn from (row 0: the root's children; row i+1: node i's children). Sampled trees
-(``sampled=True``) are verified by recursive rejection sampling over siblings; deterministic trees
-(a function of what the drafter knows, no private randomness) by the target walk of
-:func:`~specbound.decoding.verify.verify`. ``pool_equal_prefixes`` marks batch design A, where the
-candidates at a position are the children of every node whose path equals the accepted prefix.
-
-What the drafter knows of each node travels with the tree, so the round's feedback carries it back
-to the drafter (no state kept between ``propose`` and ``observe``): ``scores`` (draft path
-probabilities, the dynamic tree's ranking), ``confidences`` (the draft's probability of each node's
-own token, which the sizing policy calibrates), ``cache_nodes`` (the drafter's draft-cache id of
-each node, when it differs from the node index) and ``from_context`` / ``context_match`` (nodes found
-in the context rather than drafted, and the length of the match they continue). The engine and :func:`verify` never read them.
+What the drafter knows of each node travels with the tree and comes back in the round's feedback
+(``scores``, ``confidences``, ``cache_nodes``, ``from_context`` / ``context_match``: docs/design.md,
+"One round"); the engine and :func:`verify` never read them.
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def _ratio(measured, predicted) -> str:
 
 
 def _batch_check_lines(batch) -> list[str]:
-    """Median |m/p − 1| over the batch sizes, plain and SD (the issue's bar: within 15% per B)."""
+    """Median |m/p − 1| over the batch sizes, plain and SD (the bar: within 15% per B)."""
     checked = [b for b in batch.values() if b.measured_plain is not None]
     if not checked:
         return []

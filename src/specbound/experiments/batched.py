@@ -105,7 +105,7 @@ class TauAgainstAlone:
 
 
 def tau_against_alone(result: BatchedResult) -> list[TauAgainstAlone]:
-    """Per-request τ against the same request alone (issue: does batching throw τ away?). With a fixed
+    """Per-request τ against the same request alone (does batching throw τ away?). With a fixed
     γ at greedy every request drafts and accepts exactly as alone (ratio 1); with γ = auto the batch
     policy sets each round's length (or, llama.cpp draft rows, a limit per round), so its τ follows
     what that policy chose for the batch."""

@@ -67,7 +67,7 @@ class Settings:
     vocab: int = 10
     eps_points: tuple[float, ...] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
     core_mc_rows: int = 200_000
-    # Table 1: ≥ 60 paired (OPT, UNO) samples per ε row on ≥ 20 prompts in under an hour (issue: a
+    # Table 1: ≥ 60 paired (OPT, UNO) samples per ε row on ≥ 20 prompts in under an hour (a
     # size that decides the paper's claim); on the int8 target a (prompt, sample) unit of one form
     # (4 ε × OPT/UNO, 32 tokens each) takes ~25-35 s on 2 cores
     skip_llm: bool = False

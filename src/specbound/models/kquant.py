@@ -1,24 +1,14 @@
 """The GGUF file's own K-quant weights (Q4_K, Q6_K) read by specbound's CPU GEMM (``kquant_core.cpp``).
 
-The packaged target is a Q4_K_M GGUF file. The int8 target (:mod:`.int8`) re-quantises its dequantised
-weights to 8 bits: 1.5 bytes per weight more than the file holds, and every read streams them.
-:class:`KQuantLinear` keeps the file's values exactly — 4-bit (Q4_K) or 6-bit (Q6_K) codes with their
-group scales — and multiplies them by activations rounded to int8 per row and per 32 inputs (finer
-than llama.cpp's 256), with exact integer sums and a fixed order of float operations:
-
-    Q4_K:  w = d · sc_g · q − dmin · m_g        Q6_K:  w = d · sc_g · (q − 32)
-
-so the layer is batch-invariant (a row's output does not depend on the other rows of the call, tested
-bit for bit) — what lets a verify pass of k drafted tokens agree with one-token decoding. The weights
-equal the fp32 target's (the dequantised file) exactly; only activations are rounded, as llama.cpp
-also does (Q8_K).
-
-The kernel has one path per CPU family — AVX-512 VNNI, AVX-VNNI, AVX2, ARM NEON dot product and i8mm —
-and a portable C++ one, all giving the same bits (tested; the ARM ones under an emulator). Which runs
-is decided at load from what the CPU and OS support (:func:`kernel_path`; ``SPECBOUND_KQUANT_PATH``
-forces one). It is compiled once per machine and kernel version with the compiler torch uses
-(``torch.utils.cpp_extension``, ~10 s, cached under ``~/.cache/torch_extensions``);
-:func:`kernel_available` says whether it built.
+:class:`KQuantLinear` keeps the file's 4-bit (Q4_K) or 6-bit (Q6_K) codes and group scales exactly
+(Q4_K: w = d · sc_g · q − dmin · m_g; Q6_K: w = d · sc_g · (q − 32)) — the int8 target (:mod:`.int8`)
+streams 1.5 bytes per weight more — and multiplies them by activations rounded to int8 per row and per
+32 inputs, with exact integer sums and a fixed float order: batch-invariant (a row's output does not
+depend on the other rows, tested bit for bit), so a verify pass of k tokens agrees with one-token
+decoding. One path per CPU family (AVX-512 VNNI, AVX-VNNI, AVX2, NEON dot product, i8mm) and a
+portable one, all the same bits, chosen at load from what the CPU and OS support (:func:`kernel_path`;
+``SPECBOUND_KQUANT_PATH`` forces one); compiled once per machine (~10 s, ``~/.cache/torch_extensions``;
+:func:`kernel_available` says whether it built). Details: docs/quantised-targets.md.
 """
 from __future__ import annotations
 

@@ -299,13 +299,10 @@ def perfect_draft_throughput(batch: int, draft_round_seconds, verify_cost: CostP
     Returns (γ, tokens/s), or (0, plain B / (s · t(B) + w)) when no γ beats plain rounds.
 
     It bounds every drafter of this cost, not only chains: a round yields at most depth + 1 tokens per
-    request (Pankratov & Alistarh 2026, E[X | T] ≤ depth(T)), a tree of depth D needs D draft passes
-    (each at least a chain's, over at least as many rows) and a target pass over at least D + 1 tokens per
-    request, t non-decreasing — so the chain of γ = D costs no more and yields no fewer, and a round that
-    does more work than w (sampling, verification) only lowers the rate. Where it is at most plain
-    throughput, no drafter of this cost pays at this B; where it is below a target speed-up, no drafter of
-    this cost reaches it. Set against :func:`speed_of_light_speedup` (free drafting, the target's own
-    acceptance): a drafter is bounded by both.
+    request (Pankratov & Alistarh 2026, E[X | T] ≤ depth(T)) and a tree of depth D costs at least the
+    chain of γ = D (D draft passes, a target pass over ≥ D + 1 tokens, t non-decreasing). Where it is at
+    most plain throughput no drafter of this cost pays at this B; :func:`speed_of_light_speedup` (free
+    drafting, the target's own acceptance) bounds a drafter too.
     """
     batch = int(batch)
     if batch < 1:
