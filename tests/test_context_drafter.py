@@ -52,20 +52,25 @@ def test_first_two_tokens_follow_the_target_law_with_top_k(backend_pair):
     assert chi_square_pvalue(encode(samples, VOCAB), law) > 1e-3
 
 
-@pytest.mark.montecarlo
-def test_the_chi_square_catches_a_verifier_that_trusts_the_context(backend_pair, monkeypatch):
-    """The same test with the first drafted token always accepted: its law is no longer the target's."""
-    target, _ = backend_pair
+def _trust_the_context(monkeypatch):
+    """A planted bias: a context round whose first token the target rejected accepts it anyway."""
     real = engine_module.verify
 
     def trusting(tree, target_probs, law_mask=None, rule=None, generator=None):
         verdict = real(tree, target_probs, law_mask, rule, generator)
-        if len(tree) and not verdict.path:
+        if len(tree) and tree.from_context is not None and not verdict.path:
             nxt = int(torch.multinomial(target_probs[1], 1, generator=generator))
             return Verdict([0], nxt, RoundEnd.RECOVERED if len(tree) > 1 else RoundEnd.BONUS, [1.0], [0.0])
         return verdict
 
     monkeypatch.setattr(engine_module, "verify", trusting)
+
+
+@pytest.mark.montecarlo
+def test_the_chi_square_catches_a_verifier_that_trusts_the_context(backend_pair, monkeypatch):
+    """The same test with the first drafted token always accepted: its law is no longer the target's."""
+    target, _ = backend_pair
+    _trust_the_context(monkeypatch)
     prompt = torch.tensor([[3, 17, 5, 9, 3, 17]])
     law = exact_first_two_law(target, prompt, engine_module.SamplingConfig(1.0, top_k=4), VOCAB)
     samples = _first_two(target, prompt, 1500)
@@ -159,16 +164,7 @@ def test_mixed_chain_first_two_tokens_follow_the_target_law(backend_pair, monkey
 def test_mixed_chain_chi_square_catches_a_trusting_verifier(backend_pair, monkeypatch):
     target, draft = backend_pair
     _fixed_costs(monkeypatch)
-    real = engine_module.verify
-
-    def trusting(tree, target_probs, law_mask=None, rule=None, generator=None):
-        verdict = real(tree, target_probs, law_mask, rule, generator)
-        if len(tree) and tree.from_context is not None and not verdict.path:
-            nxt = int(torch.multinomial(target_probs[1], 1, generator=generator))
-            return Verdict([0], nxt, RoundEnd.RECOVERED if len(tree) > 1 else RoundEnd.BONUS, [1.0], [0.0])
-        return verdict
-
-    monkeypatch.setattr(engine_module, "verify", trusting)
+    _trust_the_context(monkeypatch)
     prompt = torch.tensor([[3, 17, 5, 9, 3, 17]])
     law = exact_first_two_law(target, prompt, engine_module.SamplingConfig(1.0, top_k=4), VOCAB)
     samples = _mixed_first_two(target, draft, prompt, 1500)

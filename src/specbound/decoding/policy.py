@@ -108,6 +108,16 @@ class DraftBudget:
                 best_n, best = n, rate
         return best_n
 
+    def predicted_chain_rate(self, limit: int) -> float:
+        """The best tokens per second a model chain of at most ``limit`` tokens is predicted to give this
+        round (values from the running first-node value and continuation; a plain step at worst)."""
+        best, value, total, d1 = 1.0 / float(self.costs.target(1)), self.first_value, 0.0, float(self.costs.draft(1))
+        for j in range(1, limit + 1):
+            total += value
+            best = max(best, self.throughput(total, d1 * j, 1 + j))
+            value *= self.continuation
+        return best
+
     # ---------------------------------------------------------------- round start
     def start(self, pending: int) -> bool:
         """Draft at all this round? Otherwise a plain target step. After ``gap`` plain steps in a row

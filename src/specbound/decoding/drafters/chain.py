@@ -137,17 +137,10 @@ class ChainDrafter(Drafter):
         what is accepted at its next round, priced in) when its predicted tokens per second beat the draft
         model's chain — whose values the budget predicts from its running first-node value and
         continuation — else None."""
-        b, costs = self.budget, self.budget.costs
+        costs = self.budget.costs
         catch_up = max(float(costs.draft(2)) - float(costs.draft(1)), 0.0)
         tokens, match, rates, rate = self.context.plan(committed, limit, costs.target, fixed_seconds=catch_up)
-        if not tokens:
-            return None
-        model_rate, value, total = 1.0 / float(costs.target(1)), b.first_value, 0.0
-        for j in range(1, limit + 1):
-            total += value
-            model_rate = max(model_rate, b.throughput(total, float(costs.draft(1)) * j, 1 + j))
-            value *= b.continuation
-        if rate <= model_rate:
+        if not tokens or rate <= self.budget.predicted_chain_rate(limit):
             return None
         return DraftTree.chain(list(tokens), confidences=rates, from_context=torch.ones(len(tokens), dtype=torch.bool),
                                context_match=match)
