@@ -79,7 +79,8 @@ def server_command(name: str, port: int, args) -> list[str]:
         return [sys.executable, "-m", "specbound.cli", "serve", "--port", str(port), "--threads", str(args.threads),
                 "--log-level", "warning"]
     return [sys.executable, "-m", "llama_cpp.server", "--model", str(target_file()), "--n_threads", str(args.threads),
-            "--host", "127.0.0.1", "--port", str(port)]
+            "--host", "127.0.0.1", "--port", str(port),
+            "--interrupt_requests", "False"]   # its default cancels a running reply when another request comes
 
 
 def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> str:
@@ -166,6 +167,11 @@ def run_clients(base: str, model: str, prompts: list[str], clients: int, args) -
             "per_client_tps": statistics.mean(per_client), "requests": requests}
 
 
+def decode_rate(request: dict) -> float:
+    """Tokens after the first per second after the first: the decoding speed, prefill left out."""
+    return max(request["tokens"] - 1, 0) / max(request["latency"] - request["ttft"], 1e-9)
+
+
 def percentile(values, q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
@@ -187,6 +193,7 @@ def measure_server(name: str, prompts: list[str], args) -> list[dict]:
                          "total_tps": statistics.median(r["total_tps"] for r in runs),
                          "per_client_tps": statistics.median(r["per_client_tps"] for r in runs),
                          "ttft_p50": percentile([r["ttft"] for r in requests], 0.5),
+                         "decode_tps_p50": percentile([decode_rate(r) for r in requests], 0.5),
                          "latency_p50": percentile([r["latency"] for r in requests], 0.5),
                          "latency_p95": percentile([r["latency"] for r in requests], 0.95),
                          "runs": [{k: v for k, v in run.items() if k != "requests"} for run in runs],
@@ -198,11 +205,12 @@ def measure_server(name: str, prompts: list[str], args) -> list[dict]:
 
 
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| server | clients | tok/s total | tok/s per client | TTFT p50 s | latency p50 s | latency p95 s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| server | clients | tok/s total | tok/s per client | decode tok/s p50 | TTFT p50 s | latency p50 s "
+             "| latency p95 s |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['server']} | {r['clients']} | {r['total_tps']:.1f} | {r['per_client_tps']:.1f} | "
-                     f"{r['ttft_p50']:.2f} | {r['latency_p50']:.2f} | {r['latency_p95']:.2f} |")
+                     f"{r['decode_tps_p50']:.1f} | {r['ttft_p50']:.2f} | {r['latency_p50']:.2f} | "
+                     f"{r['latency_p95']:.2f} |")
     return lines
 
 
@@ -244,7 +252,7 @@ def main(argv=None) -> int:
     for name in servers:
         rows += measure_server(name, prompts, args)
     lines = [f"# specbound serve vs llama.cpp's OpenAI server ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)",
-             "", f"`python benchmarks/serve_vs_llamacpp_server.py` — {args.prompt_set} {args.offset}–"
+             "", f"`python benchmarks/serve_vs_llamacpp_server.py {' '.join(argv or sys.argv[1:])}` — {args.prompt_set} {args.offset}–"
              f"{args.offset + args.n_prompts - 1}, greedy, max_tokens {args.max_tokens}, streamed, median of "
              f"{args.repeats} repeats; {args.threads} threads per server.", ""] + table(rows)
     out = Path(args.out)

@@ -13,21 +13,16 @@ HELP = "speculative decoding on real models; streams text and prints metrics"
 
 
 def add_arguments(p) -> None:
+    add_model_arguments(p)
+    add_request_arguments(p)
+
+
+def add_model_arguments(p) -> None:
+    """The models, drafting and threads: what `serve` takes from generate as they are."""
     p.add_argument("--target", default=None, help="packaged model name or local directory (default: Qwen2.5-Coder-1.5B)")
     p.add_argument("--draft", default=None,
                    help="packaged model name or local directory (default: Qwen2.5-Coder-0.5B), or 'none': draft "
                         "only from the context (tokens found earlier in the prompt and output), no draft model")
-    p.add_argument("--prompt", default=None, help="prompt text (default: a prompt from --prompt-set)")
-    p.add_argument("--kind", default="code", choices=["code", "chat", "math"],
-                   help="how to format --prompt: raw text (code) or chat template (chat, math)")
-    p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k | builtin")
-    p.add_argument("--index", default=None,
-                   help="prompt index in the set (default 2, HumanEval/2); several (3,7,9) decode them together "
-                        "as one batch")
-    p.add_argument("--prompt-file", default=None, metavar="FILE",
-                   help="decode every prompt of FILE together as one batch: one prompt per line (a line holding "
-                        "a JSON string is decoded, for prompts of several lines)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--gamma", default=None,
                    help="draft chain length K, 'auto' (cost-model choice per round; the default) or 'horizon'")
     p.add_argument("--tree", type=int, default=None, metavar="P",
@@ -51,10 +46,6 @@ def add_arguments(p) -> None:
                         "same output law, never fewer accepted tokens in expectation) or token-wise (Yin et al. "
                         "Alg. 1); auto (the default) = block for a drafted chain, token-wise for trees, "
                         "--drafts and --relaxation; greedy decoding is the same under both")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores available to this process)")
     p.add_argument("--target-precision", default=None, choices=list(TARGET_PRECISIONS),
                    help=TARGET_PRECISION_HELP)
@@ -71,9 +62,28 @@ def add_arguments(p) -> None:
     p.add_argument("--draft-fp32", action="store_true",
                    help="keep the draft in fp32 (default: int8 weights, ~3x cheaper per drafted token, "
                         "slightly lower acceptance; the output law is unaffected)")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
+
+
+def add_request_arguments(p) -> None:
+    """The prompts, sampling, budget and report of one run (a server takes these with each request)."""
+    p.add_argument("--prompt", default=None, help="prompt text (default: a prompt from --prompt-set)")
+    p.add_argument("--kind", default="code", choices=["code", "chat", "math"],
+                   help="how to format --prompt: raw text (code) or chat template (chat, math)")
+    p.add_argument("--prompt-set", default="humaneval", help="humaneval | mtbench | gsm8k | builtin")
+    p.add_argument("--index", default=None,
+                   help="prompt index in the set (default 2, HumanEval/2); several (3,7,9) decode them together "
+                        "as one batch")
+    p.add_argument("--prompt-file", default=None, metavar="FILE",
+                   help="decode every prompt of FILE together as one batch: one prompt per line (a line holding "
+                        "a JSON string is decoded, for prompts of several lines)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline", action="store_true", help="also time plain target decoding and compare")
     p.add_argument("--quiet", action="store_true", help="no streamed text, metrics only")
-    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
     p.add_argument("--json", action="store_true", help="print a JSON report instead of text + table")
 
 
@@ -228,18 +238,18 @@ def run(args) -> int:
         measured.clear()                   # the measured torch target and draft are not needed
         draft = None
     elif args.draft == "none":             # the context drafts: the target alone
-        target = measured.pop(args.target_precision, None) or _load_target(args, console)
+        target = measured.pop(args.target_precision, None) or load_target_from_args(args, console)
         measured.clear()
         draft = None
     else:
-        target, draft = _load_pair(args, measured, console)
+        target, draft = load_pair_from_args(args, measured, console)
     stops = () if args.ignore_eos else stop_token_ids(target)
     if len(prompts) > 1:
         return _run_batch(args, target, draft, prompts, spec, stops, console, plain)
     return _run_one(args, target, draft, prompts[0], spec, stops, console, plain)
 
 
-def _load_target(args, console):
+def load_target_from_args(args, console):
     """The target alone (``--draft none``: the context drafts)."""
     from ..models.loading import DEFAULT_TARGET, load_model
 
@@ -248,7 +258,7 @@ def _load_target(args, console):
                           compiled=args.compile)
 
 
-def _load_pair(args, measured: dict, console):
+def load_pair_from_args(args, measured: dict, console):
     """The pair to decode with: the models the target choice measured (when it loaded the chosen target
     and the draft this run asks for), else loaded now."""
     from ..models.loading import check_same_tokenizer, load_pair

@@ -1,30 +1,19 @@
 """`specbound serve`: an OpenAI-compatible HTTP server over the models generate decodes with.
 
-Parses generate's model and drafting options (the same actions, taken from ``generate.add_arguments``),
-loads the pair once as generate does (``choose_target``, ``_load_pair``, ``draft_spec_from_args``), says
+Parses generate's model and drafting options (``generate.add_model_arguments``),
+loads the pair once as generate does (``choose_target``, ``load_pair_from_args``, ``draft_spec_from_args``), says
 which target, kernel path and draft it serves, then runs :mod:`specbound.serve` under uvicorn.
 """
 from __future__ import annotations
-
-import argparse
 
 from ..errors import SpecboundError
 from . import generate, output
 
 HELP = "an OpenAI-compatible HTTP server (completions, chat, streaming, metrics) over the decoding of generate"
 
-#: generate's options that do not apply to a server (prompts, sampling and budgets come with each request;
-#: reports are its metrics); every other option of generate (models, drafting, threads) is taken as it is
-NOT_SERVED = ("help", "prompt", "kind", "prompt_set", "index", "prompt_file", "max_new_tokens", "temperature",
-              "top_k", "top_p", "seed", "baseline", "quiet", "json")
-
 
 def add_arguments(p) -> None:
-    scratch = argparse.ArgumentParser(add_help=False)
-    generate.add_arguments(scratch)
-    for action in scratch._actions:                  # the same argparse actions: one definition of each option
-        if action.dest not in NOT_SERVED:
-            p._add_action(action)
+    generate.add_model_arguments(p)                # every model and drafting option, defined once
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     p.add_argument("--served-model-name", default=None,
@@ -78,12 +67,10 @@ def load_models(args, console) -> tuple:
         measured.clear()
         return target, None, True
     if args.draft == "none":
-        from .generate import _load_target
-
-        target = measured.pop(args.target_precision, None) or _load_target(args, console)
+        target = measured.pop(args.target_precision, None) or generate.load_target_from_args(args, console)
         measured.clear()
         return target, None, False
-    target, draft = generate._load_pair(args, measured, console)
+    target, draft = generate.load_pair_from_args(args, measured, console)
     return target, draft, False
 
 
