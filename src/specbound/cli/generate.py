@@ -203,10 +203,7 @@ def draft_spec_from_args(args):
 def run(args) -> int:
     from ..decoding import SamplingConfig
     from ..models.tokens import stop_token_ids
-    from ..models.trimmed import check_draft_head
-    from ..options import resolve_compile, resolve_draft_engine
-    from ..runtime import configure_threads
-    from .arguments import choose_target
+    from ..options import resolve_compile
 
     console = output.console(stderr=True, quiet=args.json)
     # every cheap argument first: nothing below loads a model before these pass
@@ -220,6 +217,21 @@ def run(args) -> int:
     if len(prompts) > 1 and spec.shape == "auto":
         raise SpecboundError("--shape auto decodes one prompt (a batch's requests share one chain length per "
                              "round): give one --index, or drop --shape auto")
+    target, draft, plain = load_models(args, console)
+    stops = () if args.ignore_eos else stop_token_ids(target)
+    if len(prompts) > 1:
+        return _run_batch(args, target, draft, prompts, spec, stops, console, plain)
+    return _run_one(args, target, draft, prompts[0], spec, stops, console, plain)
+
+
+def load_models(args, console) -> tuple:
+    """(target, draft or None, plain): the draft engine and head checked, the target chosen by measurement
+    (``choose_target``), then the models loaded once — what generate and serve decode with."""
+    from ..models.trimmed import check_draft_head
+    from ..options import resolve_compile, resolve_draft_engine
+    from ..runtime import configure_threads
+    from .arguments import choose_target
+
     args.draft_engine = resolve_draft_engine(args.draft_engine)
     check_draft_head(args.draft_head)
     if args.draft_head != "full" and (args.draft_engine != "llamacpp" or args.draft == "none"):
@@ -232,21 +244,15 @@ def run(args) -> int:
     configure_threads(args.threads)
     deployment, measured = choose_target(args, console)
     args.compile = resolve_compile(args.compile, args.target_precision)
-    plain = deployment is not None and deployment.plain_llamacpp
-    if plain:
+    if deployment is not None and deployment.plain_llamacpp:
         target = measured.pop("llamacpp")
         measured.clear()                   # the measured torch target and draft are not needed
-        draft = None
-    elif args.draft == "none":             # the context drafts: the target alone
+        return target, None, True
+    if args.draft == "none":               # the context drafts: the target alone
         target = measured.pop(args.target_precision, None) or load_target_from_args(args, console)
         measured.clear()
-        draft = None
-    else:
-        target, draft = load_pair_from_args(args, measured, console)
-    stops = () if args.ignore_eos else stop_token_ids(target)
-    if len(prompts) > 1:
-        return _run_batch(args, target, draft, prompts, spec, stops, console, plain)
-    return _run_one(args, target, draft, prompts[0], spec, stops, console, plain)
+        return target, None, False
+    return (*load_pair_from_args(args, measured, console), False)
 
 
 def load_target_from_args(args, console):

@@ -1,7 +1,7 @@
 """`specbound serve`: an OpenAI-compatible HTTP server over the models generate decodes with.
 
 Parses generate's model and drafting options (``generate.add_model_arguments``),
-loads the pair once as generate does (``choose_target``, ``load_pair_from_args``, ``draft_spec_from_args``), says
+loads the pair once as generate does (``generate.load_models``, ``draft_spec_from_args``), says
 which target, kernel path and draft it serves, then runs :mod:`specbound.serve` under uvicorn.
 """
 from __future__ import annotations
@@ -48,32 +48,6 @@ def _check(args) -> None:
                              "pip install 'specbound[serve]'") from None
 
 
-def load_models(args, console) -> tuple:
-    """(target, draft or None, plain): what generate would decode with, loaded once."""
-    from ..options import resolve_compile, resolve_draft_engine
-    from ..runtime import configure_threads
-    from .arguments import choose_target
-
-    args.draft_engine = resolve_draft_engine(args.draft_engine)
-    if args.draft_engine == "llamacpp":
-        from ..models.llamacpp import load_llama_cpp
-
-        load_llama_cpp()
-    configure_threads(args.threads)
-    deployment, measured = choose_target(args, console)
-    args.compile = resolve_compile(args.compile, args.target_precision)
-    if deployment is not None and deployment.plain_llamacpp:
-        target = measured.pop("llamacpp")
-        measured.clear()
-        return target, None, True
-    if args.draft == "none":
-        target = measured.pop(args.target_precision, None) or generate.load_target_from_args(args, console)
-        measured.clear()
-        return target, None, False
-    target, draft = generate.load_pair_from_args(args, measured, console)
-    return target, draft, False
-
-
 def _describe(target, draft, plain: bool) -> str:
     kernels = f"{target.info.backend}:{target.info.kernels}"
     if target.info.backend != "llamacpp" and "kquant" in kernels.lower():
@@ -95,7 +69,7 @@ def run(args) -> int:
     console = output.console(stderr=True)
     _check(args)
     spec = generate.draft_spec_from_args(args)
-    target, draft, plain = load_models(args, console)
+    target, draft, plain = generate.load_models(args, console)
     console.print(_describe(target, draft, plain))
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
     settings = ServeSettings(model_name=args.served_model_name or target.name, max_queue=args.max_queue,
